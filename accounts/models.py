@@ -1,0 +1,119 @@
+"""Users, skills and what each worker holds of them."""
+
+from django.contrib.auth.models import AbstractUser, BaseUserManager
+from django.core.validators import MaxValueValidator, MinValueValidator
+from django.db import models
+
+PROFICIENCY_MIN = 1
+PROFICIENCY_MAX = 5
+
+
+class UserManager(BaseUserManager["User"]):
+    use_in_migrations = True
+
+    def _create_user(self, email: str, password: str | None, **extra: object) -> "User":
+        if not email:
+            raise ValueError("A user needs an email address.")
+        user = self.model(email=self.normalize_email(email), **extra)
+        user.set_password(password)
+        user.save(using=self._db)
+        return user
+
+    def create_user(self, email: str, password: str | None = None, **extra: object) -> "User":
+        extra.setdefault("is_staff", False)
+        extra.setdefault("is_superuser", False)
+        return self._create_user(email, password, **extra)
+
+    def create_superuser(self, email: str, password: str | None = None, **extra: object) -> "User":
+        extra.setdefault("is_staff", True)
+        extra.setdefault("is_superuser", True)
+        if extra["is_staff"] is not True or extra["is_superuser"] is not True:
+            raise ValueError("A superuser needs is_staff and is_superuser.")
+        return self._create_user(email, password, **extra)
+
+
+class Availability(models.TextChoices):
+    AVAILABLE = "available", "Available"
+    AWAY = "away", "Away"
+
+
+class User(AbstractUser):
+    """A person who signs in with an email address; a worker when they hold skills."""
+
+    username = None
+    email = models.EmailField("email address", unique=True)
+    availability = models.CharField(
+        max_length=16, choices=Availability.choices, default=Availability.AVAILABLE
+    )
+    capacity = models.PositiveSmallIntegerField(
+        default=3,
+        validators=[MinValueValidator(0), MaxValueValidator(100)],
+        help_text="Most tasks this worker may hold at once (0: none).",
+    )
+
+    USERNAME_FIELD = "email"
+    REQUIRED_FIELDS: list[str] = []
+
+    objects = UserManager()
+
+    class Meta:
+        ordering = ["email"]
+        permissions = [
+            ("work_tasks", "Can take and work on tasks of held skills"),
+            ("supervise_tasks", "Can watch and manage tasks of held skills"),
+        ]
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(capacity__lte=100), name="user_capacity_at_most_100"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.email
+
+    @property
+    def display_name(self) -> str:
+        return self.get_full_name() or self.email
+
+
+class Skill(models.Model):
+    """A kind of work; every task needs exactly one skill."""
+
+    slug = models.SlugField(max_length=64, unique=True, help_text="e.g. invoice-review")
+    name = models.CharField(max_length=120)
+    description = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["slug"]
+
+    def __str__(self) -> str:
+        return self.slug
+
+
+class WorkerSkill(models.Model):
+    """A worker holds a skill at a proficiency from 1 (novice) to 5 (expert)."""
+
+    worker = models.ForeignKey(User, on_delete=models.CASCADE, related_name="worker_skills")
+    skill = models.ForeignKey(Skill, on_delete=models.CASCADE, related_name="worker_skills")
+    proficiency = models.PositiveSmallIntegerField(
+        default=PROFICIENCY_MIN,
+        validators=[MinValueValidator(PROFICIENCY_MIN), MaxValueValidator(PROFICIENCY_MAX)],
+    )
+    granted_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["skill__slug", "-proficiency"]
+        constraints = [
+            models.UniqueConstraint(fields=["worker", "skill"], name="worker_skill_unique"),
+            models.CheckConstraint(
+                condition=models.Q(
+                    proficiency__gte=PROFICIENCY_MIN, proficiency__lte=PROFICIENCY_MAX
+                ),
+                name="worker_skill_proficiency_1_to_5",
+            ),
+        ]
+        indexes = [models.Index(fields=["skill", "proficiency"], name="worker_skill_by_skill")]
+
+    def __str__(self) -> str:
+        return f"{self.worker} {self.skill} ({self.proficiency})"

@@ -1,0 +1,35 @@
+"""Reads for users, roles and skills."""
+
+from django.db.models import QuerySet
+
+from accounts.models import Skill, User, WorkerSkill
+from accounts.roles import Role
+
+
+def user_roles(*, user: User) -> set[Role]:
+    """Return the roles the user holds (a superuser holds all of them)."""
+    if not user.is_authenticated:
+        return set()
+    if user.is_superuser:
+        return set(Role)
+    names = user.groups.filter(name__in=Role.values).values_list("name", flat=True)
+    return {Role(name) for name in names}
+
+
+def user_has_role(*, user: User, role: Role) -> bool:
+    """Return whether the user holds the role."""
+    return role in user_roles(user=user)
+
+
+def worker_skills(*, worker: User) -> QuerySet[WorkerSkill]:
+    """Return the worker's skills with their proficiency, by skill slug."""
+    return WorkerSkill.objects.filter(worker=worker).select_related("skill").order_by("skill__slug")
+
+
+def skill_workers(*, skill: Skill, min_proficiency: int = 1) -> QuerySet[User]:
+    """Return active workers holding the skill at min_proficiency or better."""
+    return User.objects.filter(
+        is_active=True,
+        worker_skills__skill=skill,
+        worker_skills__proficiency__gte=min_proficiency,
+    ).order_by("email")

@@ -1,0 +1,85 @@
+"""Writes for users, roles and skills. Views, admin and commands call these."""
+
+from collections.abc import Iterable
+
+from django.contrib.auth.models import Group
+from django.db import transaction
+
+from accounts.models import PROFICIENCY_MAX, PROFICIENCY_MIN, Availability, Skill, User, WorkerSkill
+from accounts.roles import Role
+from config.errors import InboxError
+
+
+def user_create(
+    *,
+    email: str,
+    password: str | None,
+    roles: Iterable[Role] = (),
+    first_name: str = "",
+    last_name: str = "",
+) -> User:
+    """Create a user with the given roles; no password means they must be invited."""
+    with transaction.atomic():
+        user = User.objects.create_user(
+            email=email, password=password, first_name=first_name, last_name=last_name
+        )
+        user_set_roles(user=user, roles=roles)
+    return user
+
+
+def user_set_roles(*, user: User, roles: Iterable[Role]) -> None:
+    """Make the user's role groups exactly roles; admins get the admin site."""
+    wanted = {Role(role) for role in roles}
+    groups = list(Group.objects.filter(name__in=[role.value for role in wanted]))
+    if len(groups) != len(wanted):
+        missing = sorted({role.value for role in wanted} - {group.name for group in groups})
+        raise InboxError(f"Role groups {missing} do not exist; run migrate.")
+    with transaction.atomic():
+        user.groups.remove(*Group.objects.filter(name__in=Role.values))
+        user.groups.add(*groups)
+        is_staff = Role.ADMIN in wanted or user.is_superuser
+        if user.is_staff != is_staff:
+            user.is_staff = is_staff
+            user.save(update_fields=["is_staff"])
+
+
+def skill_ensure(*, slug: str, name: str, description: str = "") -> Skill:
+    """Return the skill with this slug, creating it if needed."""
+    skill, _ = Skill.objects.get_or_create(
+        slug=slug, defaults={"name": name, "description": description}
+    )
+    return skill
+
+
+def worker_skill_set(*, worker: User, skill: Skill, proficiency: int) -> WorkerSkill:
+    """Grant the skill to the worker at this proficiency, or change the proficiency."""
+    if not PROFICIENCY_MIN <= proficiency <= PROFICIENCY_MAX:
+        raise InboxError(
+            f"Proficiency must be from {PROFICIENCY_MIN} to {PROFICIENCY_MAX}, not {proficiency}."
+        )
+    # update_or_create locks the existing row, and on a concurrent first insert
+    # the unique constraint makes the loser re-read instead of adding a second row.
+    link, _ = WorkerSkill.objects.update_or_create(
+        worker=worker, skill=skill, defaults={"proficiency": proficiency}
+    )
+    return link
+
+
+def worker_skill_remove(*, worker: User, skill: Skill) -> bool:
+    """Take the skill away from the worker; return whether they held it."""
+    deleted, _ = WorkerSkill.objects.filter(worker=worker, skill=skill).delete()
+    return deleted > 0
+
+
+def worker_set_availability(*, worker: User, availability: Availability) -> None:
+    """Mark the worker available for new offers, or away."""
+    worker.availability = Availability(availability)
+    worker.save(update_fields=["availability"])
+
+
+def worker_set_capacity(*, worker: User, capacity: int) -> None:
+    """Set the most tasks the worker may hold at once."""
+    if not 0 <= capacity <= 100:
+        raise InboxError(f"Capacity must be from 0 to 100, not {capacity}.")
+    worker.capacity = capacity
+    worker.save(update_fields=["capacity"])

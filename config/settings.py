@@ -1,0 +1,351 @@
+"""Settings for the inbox, read once from the environment.
+
+Embedded defaults (nothing set): SQLite, a filesystem Celery broker and the
+local Step Functions emulator. DATABASE_URL, REDIS_URL and INBOX_EMULATOR=false
+switch the same code to PostgreSQL, Redis and real AWS. docs/CONFIGURATION.md
+lists every variable.
+"""
+
+import base64
+import hashlib
+import hmac
+from pathlib import Path
+
+import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+
+from config.env import env_bool, env_choice, env_int, env_list, env_str
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(env_str("INBOX_VAR_DIR", str(BASE_DIR / "var")))
+
+DEBUG = env_bool("DJANGO_DEBUG", False)
+
+# Development only: a fixed key so a local checkout works with nothing set.
+_DEV_SECRET_KEY = "django-insecure-local-development-only-never-in-production"
+SECRET_KEY = env_str("DJANGO_SECRET_KEY", _DEV_SECRET_KEY if DEBUG else None)
+if SECRET_KEY is None:
+    raise ImproperlyConfigured(
+        "DJANGO_SECRET_KEY is required when DJANGO_DEBUG is off. Generate one with: "
+        "python -c 'import secrets; print(secrets.token_urlsafe(50))'"
+    )
+
+ALLOWED_HOSTS = env_list(
+    "DJANGO_ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"] if DEBUG else []
+)
+CSRF_TRUSTED_ORIGINS = env_list("DJANGO_CSRF_TRUSTED_ORIGINS")
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "allauth",
+    "allauth.account",
+    "allauth.socialaccount",
+    "rest_framework",
+    "rest_framework.authtoken",
+    "drf_spectacular",
+    "accounts",
+    "processes",
+    "inbox",
+]
+INSTALLED_APPS += [
+    f"allauth.socialaccount.providers.{provider}"
+    for provider in env_list("INBOX_SOCIAL_PROVIDERS")
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.auth.middleware.LoginRequiredMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "allauth.account.middleware.AccountMiddleware",
+]
+
+ROOT_URLCONF = "config.urls"
+WSGI_APPLICATION = "config.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+# Database ------------------------------------------------------------------
+
+_database_url = env_str("DATABASE_URL", None)
+if _database_url:
+    try:
+        _database = dj_database_url.parse(
+            _database_url,
+            conn_max_age=env_int("DATABASE_CONN_MAX_AGE", 60, minimum=0),
+            conn_health_checks=True,
+        )
+    except ValueError as exc:
+        # The message of dj_database_url names the scheme, never the password.
+        raise ImproperlyConfigured(f"DATABASE_URL is not usable: {exc}") from None
+else:
+    _database = {
+        "ENGINE": "django.db.backends.sqlite3",
+        "NAME": VAR_DIR / "db.sqlite3",
+        "OPTIONS": {
+            # Concurrent writers (web, worker, beat) wait for the lock instead
+            # of failing with "database is locked" on upgrade from a read.
+            "transaction_mode": "IMMEDIATE",
+            "timeout": 20,
+            "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+        },
+    }
+DATABASES = {"default": _database}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# Redis, cache and Celery ----------------------------------------------------
+
+REDIS_URL = env_str("REDIS_URL", None)
+if REDIS_URL:
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": REDIS_URL,
+        }
+    }
+else:
+    # Shared by every local process (web, worker, beat), unlike LocMemCache.
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.filebased.FileBasedCache",
+            "LOCATION": VAR_DIR / "cache",
+        }
+    }
+
+CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", REDIS_URL or "filesystem://")
+CELERY_BROKER_FOLDER = VAR_DIR / "celery-broker"
+if CELERY_BROKER_URL == "filesystem://":
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "data_folder_in": str(CELERY_BROKER_FOLDER),
+        "data_folder_out": str(CELERY_BROKER_FOLDER),
+        "processed_folder": str(VAR_DIR / "celery-processed"),
+        "store_processed": False,
+    }
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
+CELERY_TASK_ALWAYS_EAGER = False
+
+# AWS: Step Functions and SQS ------------------------------------------------
+
+INBOX_EMULATOR = env_bool("INBOX_EMULATOR", True)
+INBOX_EMULATOR_HOST = "127.0.0.1"
+INBOX_EMULATOR_PORT = env_int("INBOX_EMULATOR_PORT", 5005, minimum=1, maximum=65535)
+if INBOX_EMULATOR:
+    AWS_ENDPOINT_URL = f"http://{INBOX_EMULATOR_HOST}:{INBOX_EMULATOR_PORT}"
+    AWS_REGION = env_str("AWS_REGION", "us-east-1")
+else:
+    AWS_ENDPOINT_URL = None
+    AWS_REGION = env_str("AWS_REGION", None)
+    if AWS_REGION is None:
+        raise ImproperlyConfigured(
+            "AWS_REGION is required when INBOX_EMULATOR is off (real AWS)."
+        )
+INBOX_INTAKE_QUEUE = env_str("INBOX_INTAKE_QUEUE", "inbox-intake")
+INBOX_INTAKE_DLQ = env_str("INBOX_INTAKE_DLQ", f"{INBOX_INTAKE_QUEUE}-dlq")
+INBOX_INTAKE_MAX_RECEIVES = env_int("INBOX_INTAKE_MAX_RECEIVES", 5, minimum=1)
+# Role assumed by deployed state machines; the emulator accepts any well-formed ARN.
+INBOX_STATES_ROLE_ARN = env_str(
+    "INBOX_STATES_ROLE_ARN",
+    "arn:aws:iam::123456789012:role/inbox-states" if INBOX_EMULATOR else None,
+)
+
+# Task token vault ------------------------------------------------------------
+
+
+def _dev_fernet_key(purpose: str) -> str:
+    digest = hmac.new(SECRET_KEY.encode(), purpose.encode(), hashlib.sha256).digest()
+    return base64.urlsafe_b64encode(digest).decode()
+
+
+def _fernet_keys(name: str) -> list[str]:
+    keys = env_list(name)
+    if not keys:
+        if not DEBUG:
+            raise ImproperlyConfigured(
+                f"{name} is required when DJANGO_DEBUG is off: a comma-separated list "
+                "of Fernet keys, newest first. Generate one with: python -c 'from "
+                "cryptography.fernet import Fernet; print(Fernet.generate_key().decode())'"
+            )
+        return [_dev_fernet_key(name)]
+    for position, key in enumerate(keys, start=1):
+        try:
+            raw = base64.urlsafe_b64decode(key.encode())
+        except ValueError:
+            raw = b""
+        if len(raw) != 32:
+            # Never echo the value: it is a secret.
+            raise ImproperlyConfigured(
+                f"{name} item {position} is not a Fernet key "
+                "(32 bytes, url-safe base64, 44 characters)."
+            )
+    return keys
+
+
+INBOX_TOKEN_KEYS = _fernet_keys("INBOX_TOKEN_KEYS")
+INBOX_TOKEN_DIGEST_KEY = env_str(
+    "INBOX_TOKEN_DIGEST_KEY", _dev_fernet_key("INBOX_TOKEN_DIGEST_KEY") if DEBUG else None
+)
+if INBOX_TOKEN_DIGEST_KEY is None:
+    raise ImproperlyConfigured(
+        "INBOX_TOKEN_DIGEST_KEY is required when DJANGO_DEBUG is off: a long random "
+        "string used to fingerprint task tokens (keep it stable; it is not rotated)."
+    )
+
+# Accounts and sign-in -----------------------------------------------------------
+
+AUTH_USER_MODEL = "accounts.User"
+AUTHENTICATION_BACKENDS = [
+    "django.contrib.auth.backends.ModelBackend",
+    "allauth.account.auth_backends.AuthenticationBackend",
+]
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+LOGIN_URL = "account_login"
+LOGIN_REDIRECT_URL = "inbox:home"
+ACCOUNT_LOGIN_METHODS = {"email"}
+ACCOUNT_SIGNUP_FIELDS = ["email*", "password1*", "password2*"]
+ACCOUNT_USER_MODEL_USERNAME_FIELD = None
+ACCOUNT_EMAIL_VERIFICATION = env_choice(
+    "ACCOUNT_EMAIL_VERIFICATION", "none", ["none", "optional", "mandatory"]
+)
+ACCOUNT_ADAPTER = "accounts.adapter.AccountAdapter"
+ACCOUNT_LOGOUT_ON_GET = False
+ACCOUNT_SESSION_REMEMBER = None
+ACCOUNT_RATE_LIMITS = {"login_failed": "10/m/ip,5/5m/key"}
+SOCIALACCOUNT_ADAPTER = "accounts.adapter.SocialAccountAdapter"
+# Off by default: an admin creates or invites every user.
+INBOX_OPEN_SIGNUP = env_bool("INBOX_OPEN_SIGNUP", False)
+SOCIALACCOUNT_PROVIDERS: dict = {}
+_oidc_provider_id = env_str("INBOX_OIDC_PROVIDER_ID", None)
+if _oidc_provider_id:
+    SOCIALACCOUNT_PROVIDERS["openid_connect"] = {
+        "APPS": [
+            {
+                "provider_id": _oidc_provider_id,
+                "name": env_str("INBOX_OIDC_NAME", _oidc_provider_id),
+                "client_id": env_str("INBOX_OIDC_CLIENT_ID"),
+                "secret": env_str("INBOX_OIDC_CLIENT_SECRET"),
+                "settings": {"server_url": env_str("INBOX_OIDC_SERVER_URL")},
+            }
+        ]
+    }
+
+# REST API ---------------------------------------------------------------------
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.SessionAuthentication",
+        "rest_framework.authentication.TokenAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Inbox API",
+    "DESCRIPTION": "Human tasks for AWS Step Functions.",
+    "VERSION": "1",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated"],
+}
+
+# Internationalisation, static files ---------------------------------------------
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = VAR_DIR / "static"
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {
+        "BACKEND": (
+            "django.contrib.staticfiles.storage.StaticFilesStorage"
+            if DEBUG
+            else "whitenoise.storage.CompressedManifestStaticFilesStorage"
+        )
+    },
+}
+WHITENOISE_USE_FINDERS = env_bool("WHITENOISE_USE_FINDERS", DEBUG)
+
+# E-mail ---------------------------------------------------------------------------
+
+EMAIL_BACKEND = env_str(
+    "DJANGO_EMAIL_BACKEND",
+    "django.core.mail.backends.console.EmailBackend"
+    if DEBUG
+    else "django.core.mail.backends.smtp.EmailBackend",
+)
+EMAIL_HOST = env_str("EMAIL_HOST", "localhost")
+EMAIL_PORT = env_int("EMAIL_PORT", 25, minimum=1, maximum=65535)
+EMAIL_HOST_USER = env_str("EMAIL_HOST_USER", "")
+EMAIL_HOST_PASSWORD = env_str("EMAIL_HOST_PASSWORD", "")
+EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", False)
+DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "inbox@localhost")
+
+# Security -------------------------------------------------------------------------
+
+SECURE_SSL_REDIRECT = env_bool("DJANGO_SECURE_SSL_REDIRECT", not DEBUG)
+SESSION_COOKIE_SECURE = env_bool("DJANGO_SECURE_COOKIES", not DEBUG)
+CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
+SESSION_COOKIE_HTTPONLY = True
+SECURE_HSTS_SECONDS = env_int("DJANGO_HSTS_SECONDS", 0 if DEBUG else 31536000, minimum=0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("DJANGO_HSTS_INCLUDE_SUBDOMAINS", True)
+SECURE_HSTS_PRELOAD = env_bool("DJANGO_HSTS_PRELOAD", True)
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+X_FRAME_OPTIONS = "DENY"
+if env_bool("DJANGO_BEHIND_TLS_PROXY", False):
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+
+# Logging ----------------------------------------------------------------------------
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {
+        "plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
+    },
+    "handlers": {
+        "console": {"class": "logging.StreamHandler", "formatter": "plain"},
+    },
+    "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
+    "loggers": {
+        "botocore": {"level": "WARNING"},
+        "urllib3": {"level": "WARNING"},
+        "werkzeug": {"level": "WARNING"},
+    },
+}

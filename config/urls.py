@@ -1,0 +1,13 @@
+from django.contrib import admin
+from django.urls import include, path
+from drf_spectacular.views import SpectacularAPIView
+
+admin.site.site_header = "Inbox administration"
+admin.site.site_title = "Inbox admin"
+
+urlpatterns = [
+    path("", include("inbox.urls")),
+    path("accounts/", include("allauth.urls")),
+    path("admin/", admin.site.urls),
+    path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
+]

@@ -1,0 +1,138 @@
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from cryptography.fernet import Fernet
+from django.core.exceptions import ImproperlyConfigured
+
+from config.env import env_bool, env_choice, env_int, env_list, env_str
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _production_env(**overrides: str) -> dict[str, str]:
+    """Return an environment as a production deployment would set it."""
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith(("DJANGO_", "INBOX_", "AWS_"))
+    }
+    env.update(
+        DJANGO_SECRET_KEY=Fernet.generate_key().decode() * 2,
+        DJANGO_ALLOWED_HOSTS="inbox.example.com",
+        INBOX_TOKEN_KEYS=Fernet.generate_key().decode(),
+        INBOX_TOKEN_DIGEST_KEY=Fernet.generate_key().decode(),
+        INBOX_EMULATOR="false",
+        AWS_REGION="eu-west-1",
+        INBOX_VAR_DIR=os.environ["INBOX_VAR_DIR"],
+    )
+    env.update(overrides)
+    return env
+
+
+def _django(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "manage.py", *args],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
+    )
+
+
+def test_env_bool_rejects_a_value_that_is_not_a_boolean(monkeypatch):
+    monkeypatch.setenv("SOME_FLAG", "maybe")
+    with pytest.raises(ImproperlyConfigured, match=r"SOME_FLAG='maybe' is not a boolean"):
+        env_bool("SOME_FLAG", False)
+
+
+@pytest.mark.parametrize(("raw", "expected"), [("1", True), ("Yes", True), ("off", False),
+                                                (" false ", False)])
+def test_env_bool_reads_the_usual_spellings(monkeypatch, raw, expected):
+    monkeypatch.setenv("SOME_FLAG", raw)
+    assert env_bool("SOME_FLAG", not expected) is expected
+
+
+def test_env_bool_uses_the_default_when_unset_or_blank(monkeypatch):
+    monkeypatch.setenv("SOME_FLAG", "  ")
+    assert env_bool("SOME_FLAG", True) is True
+
+
+def test_env_int_rejects_a_value_that_is_not_an_integer(monkeypatch):
+    monkeypatch.setenv("SOME_PORT", "80a")
+    with pytest.raises(ImproperlyConfigured, match=r"SOME_PORT='80a' is not an integer"):
+        env_int("SOME_PORT", 1)
+
+
+def test_env_int_enforces_its_bounds(monkeypatch):
+    monkeypatch.setenv("SOME_PORT", "70000")
+    with pytest.raises(ImproperlyConfigured, match=r"SOME_PORT=70000 is above the maximum 65535"):
+        env_int("SOME_PORT", 1, minimum=1, maximum=65535)
+    monkeypatch.setenv("SOME_PORT", "0")
+    with pytest.raises(ImproperlyConfigured, match=r"below the minimum 1"):
+        env_int("SOME_PORT", 1, minimum=1)
+
+
+def test_env_str_names_a_missing_required_variable(monkeypatch):
+    monkeypatch.delenv("SOME_NAME", raising=False)
+    with pytest.raises(ImproperlyConfigured, match="SOME_NAME is required"):
+        env_str("SOME_NAME")
+
+
+def test_env_list_and_choice(monkeypatch):
+    monkeypatch.setenv("SOME_LIST", "a, b,,c ")
+    assert env_list("SOME_LIST") == ["a", "b", "c"]
+    monkeypatch.setenv("SOME_MODE", "sideways")
+    with pytest.raises(ImproperlyConfigured, match="SOME_MODE='sideways' is not one of: up, down"):
+        env_choice("SOME_MODE", "up", ["up", "down"])
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"DJANGO_DEBUG": "maybe"}, "DJANGO_DEBUG='maybe' is not a boolean"),
+        ({"DJANGO_SECRET_KEY": ""}, "DJANGO_SECRET_KEY is required when DJANGO_DEBUG is off"),
+        ({"INBOX_TOKEN_KEYS": ""}, "INBOX_TOKEN_KEYS is required when DJANGO_DEBUG is off"),
+        ({"INBOX_TOKEN_DIGEST_KEY": ""}, "INBOX_TOKEN_DIGEST_KEY is required"),
+        ({"INBOX_EMULATOR_PORT": "http"}, "INBOX_EMULATOR_PORT='http' is not an integer"),
+        ({"INBOX_EMULATOR": "false", "AWS_REGION": ""}, "AWS_REGION is required when"),
+        ({"DATABASE_URL": "nosuchdb://x/y"}, "DATABASE_URL is not usable"),
+    ],
+)
+def test_django_refuses_to_start_on_bad_settings(overrides, message):
+    """Each bad value stops every entry point with a message naming the variable."""
+    result = _django(_production_env(**overrides), "check")
+    assert result.returncode != 0
+    assert "ImproperlyConfigured" in result.stderr
+    assert message in result.stderr
+
+
+def test_a_bad_token_key_is_named_by_position_and_never_echoed():
+    good = Fernet.generate_key().decode()
+    secret_looking = "not-a-key-but-secret-123"
+    result = _django(_production_env(INBOX_TOKEN_KEYS=f"{good},{secret_looking}"), "check")
+    assert result.returncode != 0
+    assert "INBOX_TOKEN_KEYS item 2 is not a Fernet key" in result.stderr
+    assert secret_looking not in result.stderr
+    assert good not in result.stderr
+
+
+def test_check_deploy_reports_no_warnings_with_production_settings():
+    result = _django(_production_env(), "check", "--deploy", "--fail-level", "WARNING")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "System check identified no issues" in result.stdout
+
+
+def test_check_deploy_warns_when_production_would_use_the_emulator():
+    result = _django(
+        _production_env(INBOX_EMULATOR="true"), "check", "--deploy", "--fail-level", "WARNING"
+    )
+    assert result.returncode != 0
+    assert "processes.W001" in result.stderr
+
+
+def test_debug_mode_runs_with_nothing_set():
+    """A fresh checkout needs no secrets to run in development."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DJANGO_", "INBOX_"))}
+    env.update(DJANGO_DEBUG="true", INBOX_VAR_DIR=os.environ["INBOX_VAR_DIR"])
+    result = _django(env, "check")
+    assert result.returncode == 0, result.stderr

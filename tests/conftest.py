@@ -1,0 +1,103 @@
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+from django.db import connection
+
+from accounts.models import User
+from accounts.roles import Role
+from accounts.services import user_create
+
+ROOT = Path(__file__).resolve().parent.parent
+CHROMIUM = "/usr/bin/chromium"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    vendor = settings.DATABASES["default"]["ENGINE"].rsplit(".", 1)[-1]
+    if vendor != "postgresql":
+        skip_pg = pytest.mark.skip(
+            reason="needs PostgreSQL: this run uses SQLite; set DATABASE_URL=postgres://... "
+            "(as .ci/run does) to run it"
+        )
+        for item in items:
+            if "postgres" in item.keywords:
+                item.add_marker(skip_pg)
+    if not os.path.exists(CHROMIUM):
+        skip_browser = pytest.mark.skip(
+            reason=f"needs Debian's Chromium at {CHROMIUM}: apt-get install chromium "
+            "(.ci/run installs it)"
+        )
+        for item in items:
+            if "browser" in item.keywords:
+                item.add_marker(skip_browser)
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    return [
+        f"database: {settings.DATABASES['default']['ENGINE']}",
+        f"celery broker: {settings.CELERY_BROKER_URL.split('@')[-1]}",
+        f"emulator: {settings.AWS_ENDPOINT_URL}",
+    ]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def collected_static() -> None:
+    """Collect static files once, so pages render with the production storage."""
+    from django.core.management import call_command
+
+    call_command("collectstatic", "--noinput", verbosity=0)
+
+
+@pytest.fixture(scope="session")
+def emulator() -> Iterator[str]:
+    """Start the local Step Functions emulator with the project's own command."""
+    process = subprocess.Popen(
+        [sys.executable, "manage.py", "emulator"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    deadline = time.monotonic() + 90
+    seen: list[str] = []
+    assert process.stdout is not None
+    while True:
+        line = process.stdout.readline()
+        if line:
+            seen.append(line)
+        if "Emulator ready" in line:
+            break
+        if process.poll() is not None or time.monotonic() > deadline:
+            process.kill()
+            raise RuntimeError("The emulator did not start:\n" + "".join(seen))
+    try:
+        yield settings.AWS_ENDPOINT_URL
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+
+
+@pytest.fixture
+def make_user(db):
+    """Return a function that creates a user with roles through the real service."""
+    counter = iter(range(1, 10_000))
+
+    def make(*, roles: tuple[Role, ...] = (Role.WORKER,), email: str | None = None,
+             password: str = "a-long-test-password-1") -> User:
+        address = email or f"user{next(counter)}@example.com"
+        return user_create(email=address, password=password, roles=roles)
+
+    return make
+
+
+@pytest.fixture
+def db_vendor(db) -> str:
+    return connection.vendor
