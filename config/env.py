@@ -21,7 +21,7 @@ def _raw(name: str) -> str | None:
     return value.strip()
 
 
-def env_str(name: str, default: str | None | object = _MISSING) -> str | None:
+def env_str(name: str, default: str | object | None = _MISSING) -> str | None:
     """Return the variable as a string, or default; raise if required and unset."""
     value = _raw(name)
     if value is not None:

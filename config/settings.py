@@ -22,7 +22,7 @@ VAR_DIR = Path(env_str("INBOX_VAR_DIR", str(BASE_DIR / "var")))
 DEBUG = env_bool("DJANGO_DEBUG", False)
 
 # Development only: a fixed key so a local checkout works with nothing set.
-_DEV_SECRET_KEY = "django-insecure-local-development-only-never-in-production"
+_DEV_SECRET_KEY = "django-insecure-local-development-only-never-in-production"  # noqa: S105
 SECRET_KEY = env_str("DJANGO_SECRET_KEY", _DEV_SECRET_KEY if DEBUG else None)
 if SECRET_KEY is None:
     raise ImproperlyConfigured(
@@ -83,6 +83,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                "accounts.context_processors.signup",
             ],
         },
     },
@@ -241,12 +242,17 @@ ACCOUNT_EMAIL_VERIFICATION = env_choice(
     "ACCOUNT_EMAIL_VERIFICATION", "none", ["none", "optional", "mandatory"]
 )
 ACCOUNT_ADAPTER = "accounts.adapter.AccountAdapter"
+ACCOUNT_FORMS = {"login": "accounts.forms.LoginForm"}
 ACCOUNT_LOGOUT_ON_GET = False
 ACCOUNT_SESSION_REMEMBER = None
 ACCOUNT_RATE_LIMITS = {"login_failed": "10/m/ip,5/5m/key"}
 SOCIALACCOUNT_ADAPTER = "accounts.adapter.SocialAccountAdapter"
 # Off by default: an admin creates or invites every user.
 INBOX_OPEN_SIGNUP = env_bool("INBOX_OPEN_SIGNUP", False)
+# A user an admin created signs in through the identity provider when the
+# provider vouches for the same (verified) email address.
+SOCIALACCOUNT_EMAIL_AUTHENTICATION = True
+SOCIALACCOUNT_EMAIL_AUTHENTICATION_AUTO_CONNECT = True
 SOCIALACCOUNT_PROVIDERS: dict = {}
 _oidc_provider_id = env_str("INBOX_OIDC_PROVIDER_ID", None)
 if _oidc_provider_id:
@@ -292,10 +298,12 @@ STATIC_ROOT = VAR_DIR / "static"
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {
+        # Hashed names (cacheable forever) need collectstatic; the tests' live
+        # server serves through the finders, so the test run turns them off.
         "BACKEND": (
-            "django.contrib.staticfiles.storage.StaticFilesStorage"
-            if DEBUG
-            else "whitenoise.storage.CompressedManifestStaticFilesStorage"
+            "whitenoise.storage.CompressedManifestStaticFilesStorage"
+            if env_bool("INBOX_STATIC_MANIFEST", not DEBUG)
+            else "django.contrib.staticfiles.storage.StaticFilesStorage"
         )
     },
 }

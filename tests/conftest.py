@@ -1,6 +1,7 @@
 import os
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -75,6 +76,8 @@ def emulator() -> Iterator[str]:
         if process.poll() is not None or time.monotonic() > deadline:
             process.kill()
             raise RuntimeError("The emulator did not start:\n" + "".join(seen))
+    # Keep draining its output, so a chatty emulator never blocks on a full pipe.
+    threading.Thread(target=process.stdout.read, daemon=True).start()
     try:
         yield settings.AWS_ENDPOINT_URL
     finally:

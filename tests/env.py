@@ -28,6 +28,7 @@ _defaults = {
     "DJANGO_SECURE_SSL_REDIRECT": "false",
     # The browser tests talk plain HTTP to the live server; secure cookies would be dropped.
     "DJANGO_SECURE_COOKIES": "false",
+    "INBOX_STATIC_MANIFEST": "false",
     "DJANGO_EMAIL_BACKEND": "django.core.mail.backends.locmem.EmailBackend",
     "INBOX_VAR_DIR": tempfile.mkdtemp(prefix="inbox-test-"),
     "INBOX_EMULATOR_PORT": str(_free_port()),

@@ -21,7 +21,8 @@ USERS = [
     ("supervisor@example.com", "Sam Supervisor", [Role.SUPERVISOR],
      {"invoice-review": 5, "finance-approval": 5, "document-check": 5}),
     ("ana@example.com", "Ana Reviewer", [Role.WORKER], {"invoice-review": 4}),
-    ("ben@example.com", "Ben Reviewer", [Role.WORKER], {"invoice-review": 2, "finance-approval": 3}),
+    ("ben@example.com", "Ben Reviewer", [Role.WORKER],
+     {"invoice-review": 2, "finance-approval": 3}),
     ("cleo@example.com", "Cleo Reviewer", [Role.WORKER],
      {"finance-approval": 5, "document-check": 3}),
 ]

@@ -1,0 +1,295 @@
+"""Talk to AWS Step Functions and SQS, or to the local emulator; the only boto3 importer.
+
+Every call goes through ``_call``, which turns botocore's errors into
+``ExternalServiceError`` with a ``retryable`` flag. Request parameters can hold a task
+token, so no parameter value ever reaches an exception message or a log line.
+"""
+
+import functools
+import json
+import re
+from typing import Any, Literal
+
+import boto3
+from botocore import exceptions as boto_errors
+from botocore.client import BaseClient
+from botocore.config import Config
+from django.conf import settings
+
+from config.errors import ExternalServiceError
+
+Service = Literal["stepfunctions", "sqs"]
+
+# Long enough for an SQS long poll (20 s) to come back with room to spare.
+_READ_TIMEOUT = {"stepfunctions": 15, "sqs": 30}
+_CONNECT_TIMEOUT = 5
+# One quick retry inside botocore; callers run their own bounded retries on `retryable`.
+_MAX_ATTEMPTS = 2
+
+_THROTTLING_CODES = frozenset(
+    {
+        "Throttling",
+        "ThrottlingException",
+        "ThrottledException",
+        "RequestThrottled",
+        "RequestThrottledException",
+        "TooManyRequestsException",
+        "RequestLimitExceeded",
+        "ProvisionedThroughputExceededException",
+        "BandwidthLimitExceeded",
+        "SlowDown",
+        "KmsThrottled",
+    }
+)
+_TRANSIENT_CODES = frozenset(
+    {"RequestTimeout", "RequestTimeoutException", "PriorRequestNotComplete"}
+)
+_QUEUE_EXISTS_CODES = frozenset(
+    {"QueueAlreadyExists", "QueueNameExists", "AWS.SimpleQueueService.QueueNameExists"}
+)
+
+# AWS validation messages echo the offending value ("Value 'xyz' at 'taskToken' failed
+# to satisfy constraint"), and a task token is a long opaque run of characters.
+_ECHOED_VALUE = re.compile(r"""(?i)(value\s*[:=]?\s*)(['"]).*?\2""")
+_OPAQUE_RUN = re.compile(r"[A-Za-z0-9+/=_\-]{32,}")
+_MESSAGE_LIMIT = 300
+
+# Kept for 14 days (the SQS maximum) so a rejected envelope outlives the intake queue's
+# own retention and an admin has time to look at it.
+_DLQ_RETENTION_SECONDS = 14 * 24 * 3600
+# The intake worker validates, encrypts and upserts a batch of 10 well within this.
+_INTAKE_VISIBILITY_TIMEOUT = 60
+_INTAKE_WAIT_SECONDS = 20
+
+
+def client(*, service: Service) -> BaseClient:
+    """Return the shared boto3 client for service, built from the current settings."""
+    return _client(
+        service=service,
+        endpoint_url=settings.AWS_ENDPOINT_URL,
+        region=settings.AWS_REGION,
+        emulator=settings.INBOX_EMULATOR,
+    )
+
+
+@functools.cache
+def _client(
+    *, service: Service, endpoint_url: str | None, region: str, emulator: bool
+) -> BaseClient:
+    config = Config(
+        connect_timeout=_CONNECT_TIMEOUT,
+        read_timeout=_READ_TIMEOUT[service],
+        retries={"mode": "standard", "max_attempts": _MAX_ATTEMPTS},
+    )
+    credentials: dict[str, str] = {}
+    if emulator:
+        # The emulator accepts anything; fixed values keep a developer's real AWS
+        # credentials (from the environment or ~/.aws) out of local traffic.
+        credentials = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing"}
+    # A Session per client: boto3's default session is not safe to share across threads.
+    session = boto3.session.Session()
+    return session.client(
+        service, region_name=region, endpoint_url=endpoint_url, config=config, **credentials
+    )
+
+
+def _call(*, service: Service, operation: str, **params: Any) -> dict[str, Any]:
+    """Call one API operation (a client method name) and translate botocore errors."""
+    aws = client(service=service)
+    try:
+        response = getattr(aws, operation)(**params)
+    except (boto_errors.ClientError, boto_errors.BotoCoreError) as exc:
+        api_name = aws.meta.method_to_api_mapping.get(operation, operation)
+        # "from None": the original exception's text can echo request parameters.
+        raise _external_error(exc, service=service, operation=api_name) from None
+    response.pop("ResponseMetadata", None)
+    return response
+
+
+def _external_error(exc: Exception, *, service: str, operation: str) -> ExternalServiceError:
+    """Return an ExternalServiceError for a botocore exception, without parameter values."""
+    where = f"{service} {operation} failed"
+    if isinstance(exc, boto_errors.ClientError):
+        error = exc.response.get("Error", {})
+        # moto leaves the code empty for some errors (InvalidDefinition on 5.2.5).
+        code = str(error.get("Code") or "Unknown")
+        status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0)
+        retryable = code in _THROTTLING_CODES or code in _TRANSIENT_CODES or status >= 500
+        detail = _scrub(str(error.get("Message", "")))
+        message = f"{where}: {code} (HTTP {status})" + (f": {detail}" if detail else "")
+        return ExternalServiceError(message, retryable=retryable, error_code=code)
+    code = type(exc).__name__
+    if isinstance(exc, boto_errors.ParamValidationError):
+        # Its text quotes the parameter values.
+        return ExternalServiceError(
+            f"{where}: {code}: the request parameters are invalid", retryable=False, error_code=code
+        )
+    network = isinstance(
+        exc, boto_errors.ConnectionError | boto_errors.HTTPClientError
+    ) and not isinstance(exc, boto_errors.SSLError)
+    return ExternalServiceError(
+        f"{where}: {code}: {_scrub(str(exc))}", retryable=network, error_code=code
+    )
+
+
+def _scrub(text: str) -> str:
+    """Return text with echoed values and token-shaped runs removed, cut to a short length."""
+    text = _ECHOED_VALUE.sub(r"\1\2[redacted]\2", text)
+    text = _OPAQUE_RUN.sub("[redacted]", text)
+    if len(text) > _MESSAGE_LIMIT:
+        text = text[: _MESSAGE_LIMIT - 3] + "..."
+    return text
+
+
+# SQS ---------------------------------------------------------------------------------
+
+
+def queue_url(*, name: str) -> str:
+    """Return the URL of the queue called name."""
+    return _call(service="sqs", operation="get_queue_url", QueueName=name)["QueueUrl"]
+
+
+def queue_attributes(*, url: str) -> dict[str, str]:
+    """Return every attribute of the queue at url."""
+    response = _call(
+        service="sqs", operation="get_queue_attributes", QueueUrl=url, AttributeNames=["All"]
+    )
+    return response.get("Attributes", {})
+
+
+def _queue_ensure(*, name: str, attributes: dict[str, str]) -> tuple[str, str]:
+    """Create the queue or bring an existing one to attributes; return its URL and ARN."""
+    try:
+        url = _call(service="sqs", operation="create_queue", QueueName=name, Attributes=attributes)[
+            "QueueUrl"
+        ]
+    except ExternalServiceError as exc:
+        if exc.error_code not in _QUEUE_EXISTS_CODES:
+            raise
+        # The queue exists with other attributes (e.g. a changed max receive count).
+        url = queue_url(name=name)
+        _call(service="sqs", operation="set_queue_attributes", QueueUrl=url, Attributes=attributes)
+    arn = _call(
+        service="sqs", operation="get_queue_attributes", QueueUrl=url, AttributeNames=["QueueArn"]
+    )["Attributes"]["QueueArn"]
+    return url, arn
+
+
+def intake_queues_ensure() -> dict[str, str]:
+    """Create the intake queue and its dead-letter queue if missing; return URLs and ARNs.
+
+    Safe to run any number of times: existing queues are brought to the configured
+    attributes (redrive after settings.INBOX_INTAKE_MAX_RECEIVES receives).
+    """
+    dlq_url, dlq_arn = _queue_ensure(
+        name=settings.INBOX_INTAKE_DLQ,
+        attributes={"MessageRetentionPeriod": str(_DLQ_RETENTION_SECONDS)},
+    )
+    redrive = {
+        "deadLetterTargetArn": dlq_arn,
+        "maxReceiveCount": settings.INBOX_INTAKE_MAX_RECEIVES,
+    }
+    url, arn = _queue_ensure(
+        name=settings.INBOX_INTAKE_QUEUE,
+        attributes={
+            "VisibilityTimeout": str(_INTAKE_VISIBILITY_TIMEOUT),
+            "ReceiveMessageWaitTimeSeconds": str(_INTAKE_WAIT_SECONDS),
+            "RedrivePolicy": json.dumps(redrive),
+        },
+    )
+    return {"queue_url": url, "queue_arn": arn, "dlq_url": dlq_url, "dlq_arn": dlq_arn}
+
+
+def messages_receive(
+    *,
+    url: str,
+    max_messages: int = 10,
+    wait_seconds: int = _INTAKE_WAIT_SECONDS,
+    visibility_timeout: int | None = None,
+) -> list[dict[str, Any]]:
+    """Receive up to max_messages from the queue at url, long-polling wait_seconds.
+
+    Message bodies may hold task tokens: hand them on, never log them.
+    """
+    params: dict[str, Any] = {
+        "QueueUrl": url,
+        "MaxNumberOfMessages": max_messages,
+        "WaitTimeSeconds": wait_seconds,
+        "MessageSystemAttributeNames": ["ApproximateReceiveCount"],
+    }
+    if visibility_timeout is not None:
+        params["VisibilityTimeout"] = visibility_timeout
+    return _call(service="sqs", operation="receive_message", **params).get("Messages", [])
+
+
+def message_delete(*, url: str, receipt_handle: str) -> None:
+    """Delete a received message from the queue at url."""
+    _call(service="sqs", operation="delete_message", QueueUrl=url, ReceiptHandle=receipt_handle)
+
+
+# Step Functions --------------------------------------------------------------------------
+
+
+def _state_machine_find(*, name: str) -> str | None:
+    """Return the ARN of the state machine called name, or None."""
+    token: str | None = None
+    while True:
+        params: dict[str, Any] = {"maxResults": 1000}
+        if token:
+            params["nextToken"] = token
+        page = _call(service="stepfunctions", operation="list_state_machines", **params)
+        for machine in page.get("stateMachines", []):
+            if machine["name"] == name:
+                return machine["stateMachineArn"]
+        token = page.get("nextToken")
+        if not token:
+            return None
+
+
+def state_machine_create_or_update(*, name: str, definition: dict, role_arn: str) -> str:
+    """Create a Standard state machine, or update the one called name; return its ARN."""
+    body = json.dumps(definition)
+    arn = _state_machine_find(name=name)
+    if arn is None:
+        try:
+            return _call(
+                service="stepfunctions",
+                operation="create_state_machine",
+                name=name,
+                definition=body,
+                roleArn=role_arn,
+                type="STANDARD",
+            )["stateMachineArn"]
+        except ExternalServiceError as exc:
+            # Another deploy created it between the lookup and the create.
+            if exc.error_code != "StateMachineAlreadyExists":
+                raise
+            arn = _state_machine_find(name=name)
+            if arn is None:
+                raise
+    _call(
+        service="stepfunctions",
+        operation="update_state_machine",
+        stateMachineArn=arn,
+        definition=body,
+        roleArn=role_arn,
+    )
+    return arn
+
+
+def execution_start(*, state_machine_arn: str, name: str, input: dict) -> str:
+    """Start an execution called name (idempotent per name on AWS); return its ARN."""
+    return _call(
+        service="stepfunctions",
+        operation="start_execution",
+        stateMachineArn=state_machine_arn,
+        name=name,
+        input=json.dumps(input),
+    )["executionArn"]
+
+
+def execution_describe(*, execution_arn: str) -> dict[str, Any]:
+    """Return DescribeExecution's answer for the execution (status, input, output...)."""
+    return _call(
+        service="stepfunctions", operation="describe_execution", executionArn=execution_arn
+    )
