@@ -59,7 +59,7 @@ class Command(BaseCommand):
         if not printed:
             self.stdout.write(
                 "Demo users exist already; their passwords were printed when they were "
-                "created. New ones: python manage.py demo_setup --reset-passwords"
+                "created. New ones: .venv/bin/python manage.py demo_setup --reset-passwords"
             )
             return
         self.stdout.write(self.style.WARNING("Demo users (passwords shown only now):"))
