@@ -1,0 +1,387 @@
+"""Compile a process spec to Amazon States Language: a pure function, no I/O.
+
+Every Task state gets a Retry (backoff, full jitter, bounded attempts) for transient
+errors only, and a Catch to a failure branch that records the failure on the intake
+queue (so the inbox notifies admins) and ends the execution. A human stage becomes
+``sqs:sendMessage.waitForTaskToken`` carrying the task envelope (docs/ENVELOPE.md).
+``asl_check`` verifies the same rules on any ASL, compiled or not.
+"""
+
+import copy
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from processes.spec import (
+    AutomationStage,
+    ChoiceStage,
+    FailStage,
+    HumanStage,
+    ProcessSpec,
+    ProcessStage,
+    SpecError,
+    Stage,
+    SucceedStage,
+    WaitStage,
+)
+
+ENVELOPE_KIND = "human-task/v1"
+FAILURE_KIND = "process-failure/v1"
+# Step Functions' own clock fires this long after the inbox's overall (and escalation)
+# clock, so the inbox always decides first and Step Functions is only the backstop.
+BACKSTOP_MARGIN_SECONDS = 60
+
+REJECTED_ERROR = "HumanTask.Rejected"
+TIMED_OUT_ERROR = "HumanTask.TimedOut"
+TIMEOUT_ERRORS = [TIMED_OUT_ERROR, "States.Timeout", "States.HeartbeatTimeout"]
+
+# States the compiler adds; stage ids are lowercase, so these never clash with them.
+REJECTED_STATE = "Rejected"
+TIMED_OUT_STATE = "TimedOut"
+NOTIFY_STATE = "NotifyFailure"
+FAILED_STATE = "Failed"
+
+# Transient errors of each integration; never States.TaskFailed or States.ALL, which
+# would also retry a worker's rejection or a timeout.
+TRANSIENT_ERRORS = {
+    "sqs": ["SQS.SdkClientException", "SQS.AmazonSQSException", "SQS.RequestThrottledException"],
+    "lambda": [
+        "Lambda.ServiceException", "Lambda.AWSLambdaException", "Lambda.SdkClientException",
+        "Lambda.TooManyRequestsException",
+    ],
+    "states": [
+        "StepFunctions.SdkClientException", "StepFunctions.AWSStepFunctionsException",
+        "StepFunctions.ExecutionLimitExceededException",
+    ],
+}
+SEND_MESSAGE = "arn:aws:states:::sqs:sendMessage"
+WAIT_FOR_TOKEN = "arn:aws:states:::sqs:sendMessage.waitForTaskToken"  # noqa: S105
+LAMBDA_INVOKE = "arn:aws:states:::lambda:invoke"
+START_CHILD = "arn:aws:states:::states:startExecution.sync:2"
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where the compiled state machine lives: the intake queue and the ARN prefix."""
+
+    intake_queue_url: str
+    state_machine_arn_prefix: str
+
+
+def state_machine_name(name: str, version: int) -> str:
+    """Return the state machine name of one process version; each version has its own."""
+    return f"{name}-v{version}"
+
+
+def compile_spec(spec: ProcessSpec, *, target: Target) -> dict[str, Any]:
+    """Return the ASL definition of spec for target; raise SpecError if it breaks a rule."""
+    compiler = _Compiler(spec, target)
+    states: dict[str, Any] = {}
+    for index, stage in enumerate(spec.stages):
+        following = spec.stages[index + 1].id if index + 1 < len(spec.stages) else None
+        states[stage.id] = compiler.state(stage, following)
+    states.update(compiler.generated_states())
+    asl = {
+        "Comment": f"{spec.name} v{spec.version}, compiled from {spec.source} by the inbox; "
+        "edit the spec, not this.",
+        "StartAt": spec.stages[0].id,
+        "States": states,
+    }
+    problems = asl_check(asl)
+    if problems:
+        raise SpecError([f"{spec.source}: compiled ASL: {p}" for p in problems])
+    return asl
+
+
+class _Compiler:
+    def __init__(self, spec: ProcessSpec, target: Target) -> None:
+        self.spec = spec
+        self.target = target
+        self.needs: set[str] = set()
+
+    def state(self, stage: Stage, following: str | None) -> dict[str, Any]:
+        if isinstance(stage, HumanStage):
+            state = self.human(stage)
+        elif isinstance(stage, ChoiceStage):
+            return self.choice(stage)
+        elif isinstance(stage, AutomationStage):
+            state = self.automation(stage)
+        elif isinstance(stage, ProcessStage):
+            state = self.child(stage)
+        elif isinstance(stage, WaitStage):
+            state = {"Type": "Wait"}
+            if stage.seconds is not None:
+                state["Seconds"] = stage.seconds
+            else:
+                state["TimestampPath"] = f"$.{stage.until}"
+        elif isinstance(stage, SucceedStage):
+            return {"Type": "Succeed"}
+        elif isinstance(stage, FailStage):
+            state = {"Type": "Fail", "Error": stage.error}
+            if stage.cause:
+                state["Cause"] = stage.cause
+            return state
+        else:  # pragma: no cover - the parser knows no other kinds
+            raise SpecError([f"{self.spec.source}: {stage.id}: cannot compile {stage.kind}"])
+        state["Next"] = stage.next or following
+        return state
+
+    def retry(self, integration: str, attempts: int = 3, interval: int = 2,
+              backoff: float = 2.0) -> list[dict[str, Any]]:
+        return [{
+            "ErrorEquals": list(TRANSIENT_ERRORS[integration]),
+            "IntervalSeconds": interval,
+            "BackoffRate": backoff,
+            "MaxAttempts": attempts,
+            "MaxDelaySeconds": 60,
+            "JitterStrategy": "FULL",
+        }]
+
+    def failure_catch(self, target: str | None = None) -> dict[str, Any]:
+        if target is None:
+            self.needs.add(NOTIFY_STATE)
+        return {"ErrorEquals": ["States.ALL"], "ResultPath": "$.error",
+                "Next": target or NOTIFY_STATE}
+
+    def human(self, stage: HumanStage) -> dict[str, Any]:
+        timeouts = {"offer": stage.timeouts.offer, "work": stage.timeouts.work,
+                    "overall": stage.timeouts.overall}
+        if stage.timeouts.escalation:
+            timeouts["escalation"] = stage.timeouts.escalation
+        envelope: dict[str, Any] = {
+            "kind": ENVELOPE_KIND,
+            "taskToken.$": "$$.Task.Token",
+            "execution.$": "$$.Execution.Id",
+            "stage.$": "$$.State.Name",
+            "enteredAt.$": "$$.State.EnteredTime",
+            "process": {"name": self.spec.name, "version": self.spec.version},
+            "skill": stage.skill,
+            "minProficiency": stage.min_proficiency,
+            **_template("title", stage.title),
+            "form": stage.form,
+            "input.$": "$",
+            "priority": stage.priority,
+            "timeouts": timeouts,
+            "onTimeout": stage.on_timeout,
+            "excludeWorkersOf": list(stage.not_by),
+        }
+        if stage.heartbeat:
+            envelope["heartbeatSeconds"] = stage.heartbeat
+        if stage.if_rejected is None:
+            self.needs.add(REJECTED_STATE)
+        if stage.if_timed_out is None:
+            self.needs.add(TIMED_OUT_STATE)
+        state: dict[str, Any] = {
+            "Type": "Task",
+            "Comment": f"Human stage: {stage.skill}",
+            "Resource": WAIT_FOR_TOKEN,
+            "Parameters": {"QueueUrl": self.target.intake_queue_url, "MessageBody": envelope},
+            "TimeoutSeconds": stage.timeouts.overall + (stage.timeouts.escalation or 0)
+            + BACKSTOP_MARGIN_SECONDS,
+            "ResultPath": f"$.stages.{_key(stage.id)}",
+            "Retry": self.retry("sqs"),
+            "Catch": [
+                {"ErrorEquals": [REJECTED_ERROR], "ResultPath": "$.error",
+                 "Next": stage.if_rejected or REJECTED_STATE},
+                {"ErrorEquals": list(TIMEOUT_ERRORS), "ResultPath": "$.error",
+                 "Next": stage.if_timed_out or TIMED_OUT_STATE},
+                self.failure_catch(),
+            ],
+        }
+        if stage.heartbeat:
+            state["HeartbeatSeconds"] = stage.heartbeat
+        return state
+
+    def choice(self, stage: ChoiceStage) -> dict[str, Any]:
+        state: dict[str, Any] = {
+            "Type": "Choice",
+            "Choices": [{**_condition(rule.condition), "Next": rule.next} for rule in stage.rules],
+        }
+        if stage.default:
+            state["Default"] = stage.default
+        return state
+
+    def automation(self, stage: AutomationStage) -> dict[str, Any]:
+        state: dict[str, Any] = {
+            "Type": "Task",
+            "Resource": LAMBDA_INVOKE,
+            "Parameters": {"FunctionName": stage.function, "Payload": _parameters(stage.payload)},
+            "TimeoutSeconds": stage.timeout,
+            "ResultPath": f"$.stages.{_key(stage.id)}",
+            "Retry": self.retry("lambda", stage.retry.attempts, stage.retry.interval,
+                                stage.retry.backoff),
+            "Catch": [self.failure_catch(stage.catch)],
+        }
+        if stage.output:
+            state["ResultSelector"] = {f"{name}.$": f"$.Payload.{name}" for name in stage.output}
+        return state
+
+    def child(self, stage: ProcessStage) -> dict[str, Any]:
+        arn = self.target.state_machine_arn_prefix + state_machine_name(stage.process,
+                                                                        stage.version)
+        parameters: dict[str, Any] = {"StateMachineArn": arn}
+        if stage.input is None:
+            parameters["Input.$"] = "$"
+        else:
+            parameters["Input"] = {
+                **_parameters(stage.input),
+                # Links the child to its parent in the Step Functions console.
+                "AWS_STEP_FUNCTIONS_STARTED_BY_EXECUTION_ID.$": "$$.Execution.Id",
+            }
+        return {
+            "Type": "Task",
+            "Comment": f"Child process {stage.process} v{stage.version}",
+            "Resource": START_CHILD,
+            "Parameters": parameters,
+            "ResultSelector": {"output.$": "$.Output", "execution.$": "$.ExecutionArn"},
+            "ResultPath": f"$.stages.{_key(stage.id)}",
+            "Retry": self.retry("states", stage.retry.attempts, stage.retry.interval,
+                                stage.retry.backoff),
+            "Catch": [self.failure_catch(stage.catch)],
+        }
+
+    def generated_states(self) -> dict[str, Any]:
+        states: dict[str, Any] = {}
+        if REJECTED_STATE in self.needs:
+            states[REJECTED_STATE] = {"Type": "Fail", "Error": REJECTED_ERROR,
+                                      "Cause": "A worker rejected the task."}
+        if TIMED_OUT_STATE in self.needs:
+            states[TIMED_OUT_STATE] = {"Type": "Fail", "Error": TIMED_OUT_ERROR,
+                                       "Cause": "A human stage ran out of time."}
+        if NOTIFY_STATE in self.needs:
+            states[NOTIFY_STATE] = {
+                "Type": "Task",
+                "Comment": "Record the failure with the inbox, which tells the admins.",
+                "Resource": SEND_MESSAGE,
+                "Parameters": {
+                    "QueueUrl": self.target.intake_queue_url,
+                    "MessageBody": {
+                        "kind": FAILURE_KIND,
+                        "execution.$": "$$.Execution.Id",
+                        "process": {"name": self.spec.name, "version": self.spec.version},
+                        "error.$": "$.error",
+                    },
+                },
+                "ResultPath": None,
+                "Retry": self.retry("sqs"),
+                # The failure is recorded in the execution history either way.
+                "Catch": [{"ErrorEquals": ["States.ALL"], "ResultPath": None,
+                           "Next": FAILED_STATE}],
+                "Next": FAILED_STATE,
+            }
+            states[FAILED_STATE] = {"Type": "Fail", "Error": "Process.Failed",
+                                    "Cause": "A stage failed; see the execution history."}
+        return states
+
+
+def _key(stage_id: str) -> str:
+    """Return the data key of a stage's result: stage ids may hold dashes, paths may not."""
+    return stage_id.replace("-", "_")
+
+
+_PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
+
+
+def _template(key: str, template: str) -> dict[str, str]:
+    """Return {key: text} or {key.$: States.Format(...)} for a title template."""
+    paths = _PLACEHOLDER.findall(template)
+    if not paths:
+        return {key: template}
+    literal = _PLACEHOLDER.sub("\0", template)
+    # States.Format escapes: ' { } and \ are written with a backslash.
+    escaped = re.sub(r"([\\'{}])", r"\\\1", literal).replace("\0", "{}")
+    arguments = ", ".join(f"$.{path}" for path in paths)
+    return {f"{key}.$": f"States.Format('{escaped}', {arguments})"}
+
+
+def _parameters(values: dict[str, Any]) -> dict[str, Any]:
+    """Return ASL Parameters: a string starting with "$." is a path into the data."""
+    result: dict[str, Any] = {}
+    for name, value in values.items():
+        if isinstance(value, str) and (value == "$" or value.startswith("$.")):
+            result[f"{name}.$"] = value
+        elif isinstance(value, dict):
+            result[name] = _parameters(value)
+        else:
+            result[name] = copy.deepcopy(value)
+    return result
+
+
+_NUMERIC = {"equals": "NumericEquals", "greater_than": "NumericGreaterThan",
+            "greater_or_equal": "NumericGreaterThanEquals", "less_than": "NumericLessThan",
+            "less_or_equal": "NumericLessThanEquals"}
+_STRING = {"equals": "StringEquals", "greater_than": "StringGreaterThan",
+           "greater_or_equal": "StringGreaterThanEquals", "less_than": "StringLessThan",
+           "less_or_equal": "StringLessThanEquals"}
+
+
+def _condition(condition: dict[str, Any]) -> dict[str, Any]:
+    """Return the ASL choice rule of a spec condition (already validated by the parser)."""
+    if "all" in condition:
+        return {"And": [_condition(c) for c in condition["all"]]}
+    if "any" in condition:
+        return {"Or": [_condition(c) for c in condition["any"]]}
+    if "not" in condition:
+        return {"Not": _condition(condition["not"])}
+    variable = f"$.{condition['var']}"
+    operator, value = next((k, v) for k, v in condition.items() if k != "var")
+    if operator == "present":
+        return {"Variable": variable, "IsPresent": value}
+    if operator == "not_equals":
+        return {"Not": _condition({"var": condition["var"], "equals": value})}
+    if isinstance(value, bool):
+        comparison = {"Variable": variable, "BooleanEquals": value}
+    elif isinstance(value, int | float):
+        comparison = {"Variable": variable, _NUMERIC[operator]: value}
+    else:
+        comparison = {"Variable": variable, _STRING[operator]: value}
+    # A missing field fails the execution (States.Runtime) unless guarded: treat it
+    # as "does not match" instead.
+    return {"And": [{"Variable": variable, "IsPresent": True}, comparison]}
+
+
+def asl_check(asl: dict[str, Any]) -> list[str]:
+    """Return the rule violations in asl: Tasks without Retry, empty Catch, bad edges."""
+    problems: list[str] = []
+    states: dict[str, Any] = asl.get("States", {})
+    start = asl.get("StartAt")
+    if start not in states:
+        problems.append(f"StartAt: {start!r} is no state")
+    edges: dict[str, set[str]] = {}
+    for name, state in states.items():
+        kind = state.get("Type")
+        targets = []
+        if "Next" in state:
+            targets.append(("Next", state["Next"]))
+        elif kind not in ("Choice", "Succeed", "Fail") and not state.get("End"):
+            problems.append(f"States.{name}: has neither Next nor End")
+        if kind == "Task":
+            if not state.get("Retry"):
+                problems.append(f"States.{name}: a Task without Retry")
+            if "Catch" in state and not state["Catch"]:
+                problems.append(f"States.{name}: an empty Catch")
+            if "Catch" not in state:
+                problems.append(f"States.{name}: a Task without Catch")
+            for catcher in state.get("Catch", []):
+                if not catcher.get("ErrorEquals"):
+                    problems.append(f"States.{name}: a Catch with no ErrorEquals")
+                targets.append(("Catch", catcher.get("Next")))
+        if kind == "Choice":
+            for rule in state.get("Choices", []):
+                targets.append(("Choices", rule.get("Next")))
+            if "Default" in state:
+                targets.append(("Default", state["Default"]))
+        for where, target in targets:
+            if target not in states:
+                problems.append(f"States.{name}.{where}: goes to {target!r}, which is no state")
+        edges[name] = {t for _w, t in targets if t in states}
+    seen, todo = set(), [start] if start in states else []
+    while todo:
+        current = todo.pop()
+        if current not in seen:
+            seen.add(current)
+            todo.extend(edges.get(current, ()))
+    for name in states:
+        if name not in seen:
+            problems.append(f"States.{name}: unreachable from {start!r}")
+    return problems
