@@ -1,0 +1,51 @@
+"""Helpers for tests that drive real executions on the local emulator."""
+
+import json
+import time
+import uuid
+
+from django.conf import settings
+
+from processes import aws
+
+ENDED = frozenset({"SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED"})
+
+
+def unique(prefix: str) -> str:
+    """Return prefix with a random suffix: the emulator is shared by the whole session."""
+    return f"{prefix}-{uuid.uuid4().hex[:12]}"
+
+
+def execution_wait(
+    *, execution_arn: str, statuses: frozenset[str] | set[str] = ENDED, timeout: float = 30
+) -> dict:
+    """Poll DescribeExecution until the status is one of statuses, for at most timeout s."""
+    deadline = time.monotonic() + timeout
+    while True:
+        described = aws.execution_describe(execution_arn=execution_arn)
+        if described["status"] in statuses:
+            return described
+        if time.monotonic() > deadline:
+            raise AssertionError(
+                f"execution still {described['status']} after {timeout} s, wanted {statuses}"
+            )
+        time.sleep(0.05)
+
+
+def task_message_wait(*, execution_arn: str, stage: str | None = None, timeout: float = 20) -> dict:
+    """Receive and delete the intake message of an execution's human stage; return its body.
+
+    The intake queue is shared by the whole session, so other tests' messages are left
+    alone: they come back after a one-second visibility timeout.
+    """
+    queue = aws.queue_url(name=settings.INBOX_INTAKE_QUEUE)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for message in aws.messages_receive(url=queue, wait_seconds=1, visibility_timeout=1):
+            body = json.loads(message["Body"])
+            if body.get("execution") == execution_arn and stage in (None, body.get("stage")):
+                aws.message_delete(url=queue, receipt_handle=message["ReceiptHandle"])
+                return body
+    raise AssertionError(
+        f"no intake message of {execution_arn} (stage {stage}) within {timeout} s"
+    )
