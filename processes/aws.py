@@ -293,3 +293,41 @@ def execution_describe(*, execution_arn: str) -> dict[str, Any]:
     return _call(
         service="stepfunctions", operation="describe_execution", executionArn=execution_arn
     )
+
+
+def execution_stop(*, execution_arn: str, error: str, cause: str) -> None:
+    """Stop the execution (it ends ABORTED) with error and cause."""
+    _call(
+        service="stepfunctions",
+        operation="stop_execution",
+        executionArn=execution_arn,
+        error=error,
+        cause=cause,
+    )
+
+
+def task_success(*, token: str, output: dict) -> None:
+    """Send SendTaskSuccess with output for the task that token identifies.
+
+    The token is a secret: it reaches neither an exception message nor a log line.
+    """
+    _call(
+        service="stepfunctions",
+        operation="send_task_success",
+        taskToken=token,
+        output=json.dumps(output),
+    )
+
+
+def task_failure(*, token: str, error: str, cause: str) -> None:
+    """Send SendTaskFailure with error and cause for the task that token identifies.
+
+    The token is a secret: it reaches neither an exception message nor a log line.
+    """
+    _call(
+        service="stepfunctions",
+        operation="send_task_failure",
+        taskToken=token,
+        error=error,
+        cause=cause,
+    )
