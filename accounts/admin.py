@@ -59,7 +59,8 @@ class UserAdmin(BaseUserAdmin):
 
 @admin.register(Skill)
 class SkillAdmin(admin.ModelAdmin):
-    list_display = ["slug", "name"]
+    list_display = ["slug", "name", "dispatch"]
+    list_filter = ["dispatch"]
     search_fields = ["slug", "name"]
     prepopulated_fields = {"slug": ["name"]}
     inlines = [SkillWorkerInline]

@@ -76,12 +76,18 @@ class User(AbstractUser):
         return self.get_full_name() or self.email
 
 
+class Dispatch(models.TextChoices):
+    PULL = "pull", "Pull: workers take the next task"
+    PUSH = "push", "Push: each task is offered to one worker at a time"
+
+
 class Skill(models.Model):
-    """A kind of work; every task needs exactly one skill."""
+    """A kind of work and its queue; every task needs exactly one skill."""
 
     slug = models.SlugField(max_length=64, unique=True, help_text="e.g. invoice-review")
     name = models.CharField(max_length=120)
     description = models.TextField(blank=True)
+    dispatch = models.CharField(max_length=8, choices=Dispatch.choices, default=Dispatch.PULL)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

@@ -153,6 +153,15 @@ CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 CELERY_TASK_ALWAYS_EAGER = False
+CELERY_BEAT_SCHEDULE = {
+    # Keeps execution records current from DescribeExecution (and notices lost ones).
+    "executions-reconcile": {
+        "task": "processes.tasks.executions_reconcile_task",
+        "schedule": 30.0,
+        # A backlog (worker down) runs once, not once per missed beat.
+        "options": {"expires": 25},
+    },
+}
 
 # AWS: Step Functions and SQS ------------------------------------------------
 
@@ -347,8 +356,13 @@ LOGGING = {
     "formatters": {
         "plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
     },
+    "filters": {"redact_tokens": {"()": "inbox.redaction.RedactTokens"}},
     "handlers": {
-        "console": {"class": "logging.StreamHandler", "formatter": "plain"},
+        "console": {
+            "class": "logging.StreamHandler",
+            "formatter": "plain",
+            "filters": ["redact_tokens"],
+        },
     },
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
     "loggers": {

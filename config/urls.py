@@ -9,5 +9,6 @@ urlpatterns = [
     path("", include("inbox.urls")),
     path("accounts/", include("allauth.urls")),
     path("admin/", admin.site.urls),
+    path("api/processes/", include("processes.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
 ]

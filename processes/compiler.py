@@ -82,7 +82,8 @@ def compile_spec(spec: ProcessSpec, *, target: Target) -> dict[str, Any]:
         states[stage.id] = compiler.state(stage, following)
     states.update(compiler.generated_states())
     asl = {
-        "Comment": f"{spec.name} v{spec.version}, compiled from {spec.source} by the inbox; "
+        # Nothing of where the spec was read from: the same spec compiles the same anywhere.
+        "Comment": f"{spec.name} v{spec.version}, compiled by the inbox from its spec; "
         "edit the spec, not this.",
         "StartAt": spec.stages[0].id,
         "States": states,

@@ -1,0 +1,244 @@
+"""Tasks, their append-only history, the callback outbox and intake errors."""
+
+import uuid
+
+from django.conf import settings
+from django.db import models
+
+
+class TaskState(models.TextChoices):
+    QUEUED = "queued", "Queued"
+    OFFERED = "offered", "Offered"
+    IN_PROGRESS = "in_progress", "In progress"
+    ESCALATED = "escalated", "Escalated"
+    COMPLETING = "completing", "Completing"
+    COMPLETED = "completed", "Completed"
+    REJECTING = "rejecting", "Rejecting"
+    REJECTED = "rejected", "Rejected"
+    ABORTING = "aborting", "Aborting"
+    TIMED_OUT = "timed_out", "Timed out"
+    EXPIRED = "expired", "Expired"
+    CANCELLED = "cancelled", "Cancelled"
+
+
+# A worker can act on these; the rest wait for Step Functions or are over.
+OPEN_STATES = (TaskState.QUEUED, TaskState.OFFERED, TaskState.IN_PROGRESS, TaskState.ESCALATED)
+SENDING_STATES = (TaskState.COMPLETING, TaskState.REJECTING, TaskState.ABORTING)
+CLOSED_STATES = (
+    TaskState.COMPLETED, TaskState.REJECTED, TaskState.TIMED_OUT, TaskState.EXPIRED,
+    TaskState.CANCELLED,
+)
+
+
+class Task(models.Model):
+    """One human stage of one execution, waiting for a worker's answer."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    state = models.CharField(max_length=16, choices=TaskState.choices, default=TaskState.QUEUED)
+    version = models.PositiveIntegerField(default=1)
+
+    # The token: encrypted, and a keyed digest that makes a duplicate delivery a no-op.
+    token_ciphertext = models.BinaryField(editable=False)
+    token_digest = models.CharField(max_length=64, unique=True, editable=False)
+
+    execution_arn = models.CharField(max_length=2048)
+    stage = models.CharField(max_length=80)
+    process_name = models.CharField(max_length=48)
+    process_version = models.PositiveIntegerField()
+    skill = models.ForeignKey("accounts.Skill", on_delete=models.PROTECT, related_name="tasks")
+    min_proficiency = models.PositiveSmallIntegerField(default=1)
+    title = models.CharField(max_length=300)
+    form = models.CharField(max_length=64)
+    input = models.JSONField(default=dict)
+    priority = models.PositiveSmallIntegerField(default=50)
+    exclude_workers_of = models.JSONField(default=list)
+
+    offer_seconds = models.PositiveIntegerField()
+    work_seconds = models.PositiveIntegerField()
+    overall_seconds = models.PositiveIntegerField()
+    escalation_seconds = models.PositiveIntegerField(null=True, blank=True)
+    on_timeout = models.CharField(max_length=16, default="abort")
+    heartbeat_seconds = models.PositiveIntegerField(null=True, blank=True)
+
+    entered_at = models.DateTimeField(help_text="When the execution entered the stage.")
+    created_at = models.DateTimeField(auto_now_add=True)
+    assignee = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT,
+        related_name="held_tasks",
+    )
+    offer_deadline = models.DateTimeField(null=True, blank=True)
+    work_deadline = models.DateTimeField(null=True, blank=True)
+    overall_deadline = models.DateTimeField()
+    answer = models.JSONField(null=True, blank=True)
+    reason = models.TextField(blank=True)
+    closed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [
+            # Take next: a skill's queued tasks, highest priority first, then oldest.
+            models.Index(
+                fields=["skill", "-priority", "created_at"],
+                name="task_queue_order",
+                condition=models.Q(state="queued"),
+            ),
+            models.Index(fields=["assignee", "state"], name="task_by_assignee"),
+            models.Index(fields=["execution_arn", "stage"], name="task_by_execution"),
+            models.Index(
+                fields=["overall_deadline"], name="task_overall_due",
+                condition=models.Q(state__in=["queued", "offered", "in_progress"]),
+            ),
+        ]
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(priority__lte=100), name="task_priority_0_to_100"
+            ),
+            models.CheckConstraint(
+                condition=~models.Q(state__in=["offered", "in_progress"])
+                | models.Q(assignee__isnull=False),
+                name="task_offered_or_in_progress_has_assignee",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.title} ({self.state})"
+
+    @property
+    def is_open(self) -> bool:
+        return self.state in OPEN_STATES
+
+
+class TaskEvent(models.Model):
+    """One state change of a task; append-only, each hash chained to the one before."""
+
+    task = models.ForeignKey(Task, on_delete=models.PROTECT, related_name="events")
+    version = models.PositiveIntegerField(help_text="The task's version after this change.")
+    action = models.CharField(max_length=32)
+    from_state = models.CharField(max_length=16, blank=True)
+    to_state = models.CharField(max_length=16)
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT,
+        related_name="task_events",
+    )
+    actor_label = models.CharField(max_length=254, help_text="Who, as a string kept forever.")
+    reason = models.TextField(blank=True)
+    data = models.JSONField(default=dict, blank=True)
+    at = models.DateTimeField()
+    prev_hash = models.CharField(max_length=64)
+    hash = models.CharField(max_length=64)
+
+    class Meta:
+        ordering = ["task", "version"]
+        constraints = [
+            models.UniqueConstraint(fields=["task", "version"], name="task_event_version_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.task_id} v{self.version} {self.action}"
+
+
+class OutboxKind(models.TextChoices):
+    SUCCESS = "success", "SendTaskSuccess"
+    FAILURE = "failure", "SendTaskFailure"
+
+
+class OutboxStatus(models.TextChoices):
+    PENDING = "pending", "Pending"
+    SENT = "sent", "Sent"
+    RECONCILED = "reconciled", "Reconciled"
+    DEAD = "dead", "Dead"
+
+
+class Outbox(models.Model):
+    """A callback to Step Functions, written in the transaction that decided it."""
+
+    task = models.ForeignKey(Task, on_delete=models.PROTECT, related_name="callbacks")
+    decision_version = models.PositiveIntegerField(
+        help_text="The task version that made the decision; one callback per decision."
+    )
+    kind = models.CharField(max_length=16, choices=OutboxKind.choices)
+    output = models.JSONField(null=True, blank=True)
+    error = models.CharField(max_length=256, blank=True)
+    cause = models.TextField(blank=True)
+    status = models.CharField(
+        max_length=16, choices=OutboxStatus.choices, default=OutboxStatus.PENDING
+    )
+    attempts = models.PositiveIntegerField(default=0)
+    next_attempt_at = models.DateTimeField()
+    last_error = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    sent_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [
+            models.Index(
+                fields=["next_attempt_at"], name="outbox_due",
+                condition=models.Q(status="pending"),
+            ),
+        ]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["task", "decision_version"], name="outbox_one_callback_per_decision"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} for {self.task_id} ({self.status})"
+
+
+class IntakeError(models.Model):
+    """A message the intake refused: what was wrong (never the token), left to redrive."""
+
+    message_id = models.CharField(max_length=128, db_index=True)
+    received_at = models.DateTimeField(auto_now_add=True)
+    receive_count = models.PositiveIntegerField(default=1)
+    problems = models.JSONField(default=list)
+    execution_arn = models.CharField(max_length=2048, blank=True)
+    stage = models.CharField(max_length=80, blank=True)
+
+    class Meta:
+        ordering = ["-received_at"]
+
+    def __str__(self) -> str:
+        return f"{self.message_id}: {'; '.join(self.problems)[:80]}"
+
+
+class ProcessFailure(models.Model):
+    """An execution that took its failure branch, as the state machine reported it."""
+
+    execution_arn = models.CharField(max_length=2048)
+    process_name = models.CharField(max_length=48)
+    process_version = models.PositiveIntegerField()
+    error = models.CharField(max_length=256)
+    cause = models.TextField(blank=True)
+    received_at = models.DateTimeField(auto_now_add=True)
+    message_id = models.CharField(max_length=128, unique=True)
+
+    class Meta:
+        ordering = ["-received_at"]
+
+    def __str__(self) -> str:
+        return f"{self.process_name} v{self.process_version}: {self.error}"
+
+
+class TaskPass(models.Model):
+    """A worker let an offer go (declined it, or let its clock run out): no re-offer."""
+
+    class Why(models.TextChoices):
+        DECLINED = "declined", "Declined"
+        LAPSED = "lapsed", "Offer lapsed"
+
+    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="passes")
+    worker = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="task_passes"
+    )
+    why = models.CharField(max_length=16, choices=Why.choices)
+    reason = models.TextField(blank=True)
+    at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["task", "worker"], name="task_pass_once_per_worker"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.worker} {self.why} {self.task_id}"
