@@ -5,7 +5,15 @@ from collections.abc import Iterable
 from django.contrib.auth.models import Group
 from django.db import transaction
 
-from accounts.models import PROFICIENCY_MAX, PROFICIENCY_MIN, Availability, Skill, User, WorkerSkill
+from accounts.models import (
+    PROFICIENCY_MAX,
+    PROFICIENCY_MIN,
+    Availability,
+    Dispatch,
+    Skill,
+    User,
+    WorkerSkill,
+)
 from accounts.roles import Role
 from config.errors import InboxError
 
@@ -43,10 +51,11 @@ def user_set_roles(*, user: User, roles: Iterable[Role]) -> None:
             user.save(update_fields=["is_staff"])
 
 
-def skill_ensure(*, slug: str, name: str, description: str = "") -> Skill:
-    """Return the skill with this slug, creating it if needed."""
+def skill_ensure(*, slug: str, name: str, description: str = "",
+                 dispatch: Dispatch = Dispatch.PULL) -> Skill:
+    """Return the skill with this slug, creating it (with its dispatch mode) if needed."""
     skill, _ = Skill.objects.get_or_create(
-        slug=slug, defaults={"name": name, "description": description}
+        slug=slug, defaults={"name": name, "description": description, "dispatch": dispatch}
     )
     return skill
 

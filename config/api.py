@@ -14,9 +14,8 @@ logger = logging.getLogger(__name__)
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
     """Answer an InboxError with its status, code and message; leave the rest to DRF.
 
-    Name it in REST_FRAMEWORK["EXCEPTION_HANDLER"], or return it from an APIView's
-    get_exception_handler(). Errors of ours with a 5xx status (AWS failed) are logged
-    here, once; their messages never hold request values.
+    Named in REST_FRAMEWORK["EXCEPTION_HANDLER"]. Errors of ours with a 5xx status (AWS
+    failed) are logged here, once; their messages never hold request values.
     """
     if not isinstance(exc, InboxError):
         return drf_exception_handler(exc, context)
@@ -26,4 +25,8 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
     problems = getattr(exc, "problems", None)
     if problems:
         body["problems"] = list(problems)
+    fields = getattr(exc, "errors", None)
+    if fields:
+        # A form answer that does not fit: each field and what is wrong with it.
+        body["fields"] = dict(fields)
     return Response(body, status=exc.status)

@@ -3,7 +3,6 @@
 One view per operation, each with its own nested serializers; the services do the work.
 """
 
-from collections.abc import Callable
 from typing import Any
 
 from django.db.models import QuerySet
@@ -17,7 +16,6 @@ from rest_framework.views import APIView
 
 from accounts.roles import Role
 from accounts.selectors import user_has_role
-from config.api import exception_handler
 from processes.selectors import execution_list, process_get, process_list
 from processes.services import BUSINESS_KEY_MAX, process_deploy, process_start
 
@@ -41,9 +39,6 @@ class ExecutionPagination(LimitOffsetPagination):
 
 class _AdminApi(APIView):
     permission_classes = [IsAuthenticated, IsAdminRole]
-
-    def get_exception_handler(self) -> Callable[..., Response | None]:
-        return exception_handler
 
 
 class _ErrorSerializer(serializers.Serializer):

@@ -5,14 +5,15 @@ import secrets
 from django.core.management.base import BaseCommand
 from django.db import transaction
 
-from accounts.models import User
+from accounts.models import Dispatch, User
 from accounts.roles import Role
 from accounts.services import skill_ensure, user_create, worker_skill_set
 
+# slug: (name, dispatch): reviewers pull invoices; document checks are offered (push).
 SKILLS = {
-    "invoice-review": "Invoice review",
-    "finance-approval": "Finance approval",
-    "document-check": "Document check",
+    "invoice-review": ("Invoice review", Dispatch.PULL),
+    "finance-approval": ("Finance approval", Dispatch.PULL),
+    "document-check": ("Document check", Dispatch.PUSH),
 }
 
 # email, name, roles, {skill: proficiency}
@@ -40,7 +41,10 @@ class Command(BaseCommand):
     def handle(self, *args, reset_passwords: bool = False, **options) -> None:
         printed: list[tuple[str, str, str]] = []
         with transaction.atomic():
-            skills = {slug: skill_ensure(slug=slug, name=name) for slug, name in SKILLS.items()}
+            skills = {
+                slug: skill_ensure(slug=slug, name=name, dispatch=dispatch)
+                for slug, (name, dispatch) in SKILLS.items()
+            }
             for email, full_name, roles, held in USERS:
                 password = secrets.token_urlsafe(12)
                 first, last = full_name.split(" ", 1)
