@@ -28,5 +28,5 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
     fields = getattr(exc, "errors", None)
     if fields:
         # A form answer that does not fit: each field and what is wrong with it.
-        body["fields"] = dict(fields)
+        body["errors"] = dict(fields)
     return Response(body, status=exc.status)

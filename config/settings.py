@@ -153,7 +153,20 @@ CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 CELERY_TASK_ALWAYS_EAGER = False
+# Each entry "expires" before its next tick, so a backlog (worker down) runs once.
 CELERY_BEAT_SCHEDULE = {
+    # Long-polls the intake queue; a cache lock keeps one poll at a time.
+    "intake-poll": {
+        "task": "inbox.tasks_intake.intake_poll_task",
+        "schedule": 10.0,
+        "options": {"expires": 9},
+    },
+    # Offers queued push-queue tasks nobody was available for when they arrived.
+    "dispatch-pending": {
+        "task": "inbox.tasks_dispatch.dispatch_pending_task",
+        "schedule": 15.0,
+        "options": {"expires": 14},
+    },
     # Keeps execution records current from DescribeExecution (and notices lost ones).
     "executions-reconcile": {
         "task": "processes.tasks.executions_reconcile_task",

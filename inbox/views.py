@@ -1,16 +1,18 @@
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
-from accounts.selectors import user_roles, worker_skills
+from accounts.selectors import user_roles
+from inbox.selectors import my_queues, my_tasks
 
 
 def home(request: HttpRequest) -> HttpResponse:
-    """Show the signed-in user's queues (their skills) and roles."""
+    """Show the signed-in user's queues (their skills), what they hold, and their roles."""
     return render(
         request,
         "inbox/home.html",
         {
-            "skills": worker_skills(worker=request.user),
+            "queues": my_queues(user=request.user),
+            "held": my_tasks(user=request.user),
             "roles": sorted(role.label for role in user_roles(user=request.user)),
         },
     )

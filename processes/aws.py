@@ -331,3 +331,45 @@ def task_failure(*, token: str, error: str, cause: str) -> None:
         error=error,
         cause=cause,
     )
+
+
+# SQS: sending (intake redrive) ----------------------------------------------------------
+
+
+def message_send(*, url: str, body: str) -> str:
+    """Send a message with body to the queue at url; return its MessageId.
+
+    The body may hold a task token: it reaches neither an exception message nor a log line.
+    """
+    return _call(service="sqs", operation="send_message", QueueUrl=url, MessageBody=body)[
+        "MessageId"
+    ]
+
+
+# Step Functions: execution history (callback reconciliation) -----------------------------
+
+# GetExecutionHistory returns at most 1,000 events per page.
+_HISTORY_PAGE_MAX = 1000
+
+
+def execution_history(*, execution_arn: str, max_events: int = 1000) -> list[dict]:
+    """Return the first max_events events of the execution's history, oldest first.
+
+    The history holds task tokens (the TaskScheduled parameters of every callback
+    stage): keep it in memory, and never log it or put any of it in a message.
+    """
+    events: list[dict] = []
+    page_token: str | None = None
+    while len(events) < max_events:
+        params: dict[str, Any] = {
+            "executionArn": execution_arn,
+            "maxResults": min(_HISTORY_PAGE_MAX, max_events - len(events)),
+        }
+        if page_token:
+            params["nextToken"] = page_token
+        page = _call(service="stepfunctions", operation="get_execution_history", **params)
+        events.extend(page.get("events", []))
+        page_token = page.get("nextToken")
+        if not page_token:
+            break
+    return events[:max_events]

@@ -1,0 +1,386 @@
+"""Send the outbox's callbacks to Step Functions: each decision at most once.
+
+A transition that decides a task's outcome writes an Outbox row in its own transaction
+and, after commit, enqueues ``callback_send`` for it; ``outbox_drain`` (Celery beat)
+sends whatever is due and was not sent, which heals a lost enqueue (a crash between the
+commit and the Celery message) and runs the retries.
+
+``callback_send`` claims the row with a conditional update that pushes its next attempt
+a lease into the future, so two senders never send one row at once; a sender that dies
+mid-call leaves the row to be claimed again when the lease runs out. The token is
+decrypted and Step Functions called outside any transaction. Then:
+
+- accepted: the row is ``sent`` and the task closes (completed, rejected, timed out);
+- throttling, 5xx, network errors: the row goes back to ``pending`` with exponential
+  backoff and full jitter, and is ``dead`` after INBOX_CALLBACK_MAX_ATTEMPTS;
+- an invalid callback (output not JSON or over 256 KiB, error or cause too long), any
+  other 4xx or an unreadable token: ``dead`` at once, with the reason in ``last_error``;
+- TaskTimedOut, InvalidToken, TaskDoesNotExist: Step Functions no longer waits for this
+  token. DescribeExecution and GetExecutionHistory tell why: if this very decision was
+  accepted earlier (a lost response), the row is ``reconciled`` and the task closes as if
+  sent; otherwise the row is ``reconciled`` without ``sent_at`` and the task ``expired``
+  with the true reason.
+
+SendTask* calls pass a rate limit shared by every process (``inbox.ratelimit``). The
+token, and the execution history that contains it, never reach a log line, an exception
+message or ``last_error``.
+"""
+
+import datetime
+import json
+import logging
+import random
+import time
+from collections.abc import Callable
+from enum import StrEnum
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import F, Q
+from django.utils import timezone
+
+from config.errors import ExternalServiceError
+from inbox import lifecycle
+from inbox.callback_history import (
+    history_is_decision,
+    history_outcome_reason,
+    history_task_outcome,
+)
+from inbox.models import Outbox, OutboxKind, OutboxStatus
+from inbox.ratelimit import rate_take
+from inbox.redaction import redact
+from inbox.tokens import TokenVaultError, token_decrypt
+from processes import aws
+
+logger = logging.getLogger(__name__)
+
+# Step Functions' limits on SendTaskSuccess and SendTaskFailure parameters.
+OUTPUT_MAX_BYTES = 256 * 1024
+ERROR_MAX_CHARS = 256
+CAUSE_MAX_CHARS = 32_768
+
+# Step Functions no longer waits for the token; AWS says TaskTimedOut where the emulator
+# says InvalidToken, and TaskDoesNotExist for a task it has forgotten.
+_GONE_CODES = frozenset({"TaskTimedOut", "InvalidToken", "TaskDoesNotExist"})
+_EXECUTION_GONE_CODES = frozenset({"ExecutionDoesNotExist"})
+_RATE_LIMIT_NAME = "sendtask"
+_LAST_ERROR_MAX = 2000
+
+# Defaults of the settings below; each may be overridden in settings.py.
+DEFAULTS: dict[str, Any] = {
+    "INBOX_CALLBACK_MAX_ATTEMPTS": 8,
+    "INBOX_CALLBACK_BACKOFF_BASE_SECONDS": 2.0,
+    "INBOX_CALLBACK_BACKOFF_MAX_SECONDS": 300.0,
+    # Longer than one send plus a reconciliation (botocore: 5 s connect, 15 s read, 2 tries).
+    "INBOX_CALLBACK_LEASE_SECONDS": 120,
+    # Below the 300/s refill of the smaller regions. Across a window boundary a fixed
+    # window can pass twice this within one second: a burst for Step Functions' token
+    # bucket to absorb (check the region's bucket size when raising the rate).
+    "INBOX_SENDTASK_RATE": 250,
+    "INBOX_SENDTASK_MAX_WAIT_SECONDS": 1.0,
+    # A fresh row belongs to its on_commit task for this long before the drain takes it.
+    "INBOX_OUTBOX_DRAIN_GRACE_SECONDS": 10,
+    "INBOX_CALLBACK_HISTORY_MAX_EVENTS": 1000,
+}
+
+
+class SendResult(StrEnum):
+    SENT = "sent"
+    RECONCILED = "reconciled"
+    EXPIRED = "expired"
+    RETRY = "retry"
+    DEAD = "dead"
+    RATE_LIMITED = "rate_limited"
+    SKIPPED = "skipped"
+
+
+def _setting(name: str) -> Any:
+    return getattr(settings, name, DEFAULTS[name])
+
+
+# Sending ------------------------------------------------------------------------------
+
+
+def callback_send(*, outbox_id: int) -> str:
+    """Send one outbox row to Step Functions if it is due; return a SendResult.
+
+    Return "skipped" when the row is not pending, not yet due, or claimed by another
+    sender. Call it outside any transaction: it calls Step Functions.
+    """
+    row = _claim(outbox_id=outbox_id)
+    if row is None:
+        return SendResult.SKIPPED
+    max_attempts = _setting("INBOX_CALLBACK_MAX_ATTEMPTS")
+    if row.attempts > max_attempts:
+        # Earlier senders claimed it and stopped without an outcome (crash, lost lease).
+        return _dead(row, reason=f"Gave up after {max_attempts} attempts without an outcome.")
+    problem = callback_problem(kind=row.kind, output=row.output, error=row.error,
+                               cause=row.cause)
+    if problem:
+        return _dead(row, reason=f"Invalid callback, not sent: {problem}")
+    wait = _rate_wait()
+    if wait is not None:
+        _release(row, delay=wait)
+        return SendResult.RATE_LIMITED
+    try:
+        token = token_decrypt(row.task.token_ciphertext)
+    except TokenVaultError as exc:
+        return _dead(row, reason=exc.message)
+    try:
+        if row.kind == OutboxKind.SUCCESS:
+            aws.task_success(token=token, output=row.output)
+        else:
+            aws.task_failure(token=token, error=row.error, cause=row.cause)
+    except ExternalServiceError as exc:
+        if exc.error_code in _GONE_CODES:
+            return _reconcile(row, token=token, refusal=exc)
+        if exc.retryable:
+            return _retry_or_dead(row, exc=exc)
+        return _dead(row, reason=exc.message)
+    return _delivered(row, status=OutboxStatus.SENT, sent_at=timezone.now())
+
+
+def callback_problem(*, kind: str, output: Any, error: str, cause: str) -> str | None:
+    """Return why Step Functions would refuse this callback, or None if it is valid.
+
+    Checked before sending because the emulator accepts invalid output (and fails the
+    execution later) where AWS refuses it.
+    """
+    if kind == OutboxKind.SUCCESS:
+        try:
+            json.dumps(output, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            return f"the output is not valid JSON ({exc})"
+        size = len(json.dumps(output).encode())
+        if size > OUTPUT_MAX_BYTES:
+            return (
+                f"the output is {size} bytes of JSON; Step Functions accepts at most "
+                f"{OUTPUT_MAX_BYTES} (256 KiB)"
+            )
+        return None
+    if not error:
+        return "a failure needs an error name"
+    if len(error) > ERROR_MAX_CHARS:
+        return f"the error name is {len(error)} characters; at most {ERROR_MAX_CHARS}"
+    if len(cause) > CAUSE_MAX_CHARS:
+        return f"the cause is {len(cause)} characters; at most {CAUSE_MAX_CHARS}"
+    return None
+
+
+def _claim(*, outbox_id: int) -> Outbox | None:
+    """Claim a due pending row for one attempt; return it, or None if not ours to send."""
+    now = timezone.now()
+    lease = datetime.timedelta(seconds=_setting("INBOX_CALLBACK_LEASE_SECONDS"))
+    # A conditional update: of two senders racing for one row, exactly one changes it;
+    # the lease keeps the row from being due again while this attempt runs.
+    claimed = Outbox.objects.filter(
+        pk=outbox_id, status=OutboxStatus.PENDING, next_attempt_at__lte=now
+    ).update(attempts=F("attempts") + 1, next_attempt_at=now + lease)
+    if claimed != 1:
+        return None
+    return Outbox.objects.select_related("task").get(pk=outbox_id)
+
+
+def _ours(row: Outbox) -> Q:
+    """Match the row only while this attempt still holds it (its lease not taken over)."""
+    return Q(pk=row.pk, status=OutboxStatus.PENDING, attempts=row.attempts)
+
+
+def _rate_wait() -> float | None:
+    """Wait (bounded) for a SendTask* permit; return None when granted, else the wait left."""
+    rate = int(_setting("INBOX_SENDTASK_RATE"))
+    deadline = time.monotonic() + float(_setting("INBOX_SENDTASK_MAX_WAIT_SECONDS"))
+    while True:
+        permit = rate_take(name=_RATE_LIMIT_NAME, limit=rate)
+        if permit.granted:
+            return None
+        # Spread the waiters over the start of the next window.
+        pause = permit.wait + random.uniform(0, 0.05)  # noqa: S311 (jitter, not a secret)
+        if time.monotonic() + pause > deadline:
+            return pause
+        time.sleep(pause)
+
+
+def _release(row: Outbox, *, delay: float) -> None:
+    """Give the claim back without counting an attempt: no call was made."""
+    # Conditional on the claim: a sender whose lease was taken over changes nothing.
+    Outbox.objects.filter(_ours(row)).update(
+        attempts=F("attempts") - 1,
+        next_attempt_at=timezone.now() + datetime.timedelta(seconds=delay),
+    )
+    logger.info("Callback %s of task %s waits for SendTask capacity", row.pk, row.task_id)
+
+
+def backoff_seconds(*, attempt: int) -> float:
+    """Return the delay before retry number attempt: exponential, capped, full jitter."""
+    base = float(_setting("INBOX_CALLBACK_BACKOFF_BASE_SECONDS"))
+    cap = float(_setting("INBOX_CALLBACK_BACKOFF_MAX_SECONDS"))
+    return random.uniform(0, min(cap, base * 2 ** max(attempt - 1, 0)))  # noqa: S311
+
+
+def _retry_or_dead(row: Outbox, *, exc: ExternalServiceError) -> str:
+    max_attempts = _setting("INBOX_CALLBACK_MAX_ATTEMPTS")
+    if row.attempts >= max_attempts:
+        return _dead(row, reason=f"Gave up after {row.attempts} attempts: {exc.message}")
+    delay = backoff_seconds(attempt=row.attempts)
+    # Conditional on the claim: a sender whose lease was taken over changes nothing.
+    Outbox.objects.filter(_ours(row)).update(
+        next_attempt_at=timezone.now() + datetime.timedelta(seconds=delay),
+        last_error=_error_text(exc.message),
+    )
+    logger.warning(
+        "Callback %s of task %s failed (attempt %d of %d), retrying in %.1f s: %s",
+        row.pk, row.task_id, row.attempts, max_attempts, delay, exc.message,
+    )
+    return SendResult.RETRY
+
+
+def _dead(row: Outbox, *, reason: str) -> str:
+    """Stop trying: the row stays for the admins, with why, and can be requeued."""
+    # Only from pending: a row another sender settled meanwhile keeps its outcome.
+    Outbox.objects.filter(pk=row.pk, status=OutboxStatus.PENDING).update(
+        status=OutboxStatus.DEAD, last_error=_error_text(reason)
+    )
+    logger.error("Callback %s of task %s is dead: %s", row.pk, row.task_id, reason)
+    return SendResult.DEAD
+
+
+def _delivered(row: Outbox, *, status: OutboxStatus, sent_at: datetime.datetime,
+               note: str = "") -> str:
+    """Record that Step Functions has the decision, and close the task, in one transaction."""
+    with transaction.atomic():
+        # Only from pending: the truth (it landed) wins over a retry still in flight, and
+        # a row already settled by another sender is left alone.
+        settled = Outbox.objects.filter(pk=row.pk, status=OutboxStatus.PENDING).update(
+            status=status, sent_at=sent_at, last_error=note
+        )
+        if settled:
+            _task_close(row, lambda: lifecycle.task_callback_delivered(
+                task_id=row.task_id, outbox=row))
+    logger.info("Callback %s (%s) of task %s %s", row.pk, row.kind, row.task_id, status)
+    return SendResult.SENT if status == OutboxStatus.SENT else SendResult.RECONCILED
+
+
+def _task_close(row: Outbox, close: Callable[[], object]) -> None:
+    try:
+        close()
+    except lifecycle.IllegalTransition as exc:
+        # The task was closed meanwhile (e.g. cancelled by the execution reconciler).
+        logger.warning("Task %s of callback %s was not closed: %s", row.task_id, row.pk,
+                       exc.message)
+
+
+def _error_text(text: str) -> str:
+    # A second line of defence: the messages used here never hold the token.
+    return redact(text)[:_LAST_ERROR_MAX]
+
+
+# Reconciliation ---------------------------------------------------------------------
+
+
+def _reconcile(row: Outbox, *, token: str, refusal: ExternalServiceError) -> str:
+    """Find out why Step Functions refused the token and record the true outcome."""
+    task = row.task
+    try:
+        described = aws.execution_describe(execution_arn=task.execution_arn)
+        history = aws.execution_history(
+            execution_arn=task.execution_arn,
+            max_events=_setting("INBOX_CALLBACK_HISTORY_MAX_EVENTS"),
+        )
+    except ExternalServiceError as exc:
+        if exc.error_code in _EXECUTION_GONE_CODES:
+            return _expired(row, reason=(
+                f"Step Functions refused the callback ({refusal.error_code}) and the "
+                "execution no longer exists there."
+            ))
+        if exc.retryable:
+            return _retry_or_dead(row, exc=exc)
+        return _dead(row, reason=f"Cannot reconcile after {refusal.error_code}: {exc.message}")
+    outcome = history_task_outcome(history=history, token=token, stage=task.stage,
+                                   entered_at=task.entered_at)
+    status = described.get("status", "UNKNOWN")
+    if outcome is not None:
+        if history_is_decision(event=outcome, kind=row.kind, output=row.output,
+                               error=row.error, cause=row.cause):
+            return _delivered(
+                row, status=OutboxStatus.RECONCILED, sent_at=outcome["timestamp"],
+                note=f"Step Functions had already accepted this decision ({refusal.error_code} "
+                     "on a later attempt: an earlier response was lost).",
+            )
+        return _expired(row, reason=history_outcome_reason(event=outcome))
+    if status != "RUNNING":
+        return _expired(row, reason=f"Step Functions no longer waits: execution {status}.")
+    # Running, yet the token is refused and no outcome recorded: the stored token or the
+    # history does not match. A human must look; the task stays as it is.
+    return _dead(row, reason=(
+        f"Step Functions refused the token ({refusal.error_code}) while the execution is "
+        f"RUNNING and its history shows no outcome for stage {task.stage!r}."
+    ))
+
+
+def _expired(row: Outbox, *, reason: str) -> str:
+    """Settle a decision Step Functions will never take, and expire its task with why."""
+    with transaction.atomic():
+        settled = Outbox.objects.filter(pk=row.pk, status=OutboxStatus.PENDING).update(
+            status=OutboxStatus.RECONCILED, last_error=_error_text(f"Not delivered: {reason}")
+        )
+        if settled:
+            _task_close(row, lambda: lifecycle.task_expire(task_id=row.task_id, reason=reason))
+    logger.warning("Callback %s of task %s not delivered, task expired: %s", row.pk,
+                   row.task_id, reason)
+    return SendResult.EXPIRED
+
+
+# The outbox as a whole ----------------------------------------------------------------
+
+
+def outbox_drain(*, batch: int = 100) -> int:
+    """Send up to batch due pending rows (retries, lost enqueues); return how many were handled.
+
+    Rows younger than INBOX_OUTBOX_DRAIN_GRACE_SECONDS that were never tried belong to
+    their on_commit task; the drain takes them only once that had time to run.
+    """
+    now = timezone.now()
+    grace = datetime.timedelta(seconds=_setting("INBOX_OUTBOX_DRAIN_GRACE_SECONDS"))
+    due = list(
+        Outbox.objects.filter(status=OutboxStatus.PENDING, next_attempt_at__lte=now)
+        .filter(Q(attempts__gt=0) | Q(created_at__lte=now - grace))
+        .order_by("next_attempt_at")
+        .values_list("pk", flat=True)[:batch]
+    )
+    handled = 0
+    for outbox_id in due:
+        try:
+            result = callback_send(outbox_id=outbox_id)
+        except Exception:
+            # One broken row must not stop the batch; its lease brings it back later.
+            logger.exception("Callback %s could not be sent", outbox_id)
+            continue
+        if result == SendResult.RATE_LIMITED:
+            break  # no capacity left now: the next drain goes on
+        if result != SendResult.SKIPPED:
+            handled += 1
+    return handled
+
+
+def outbox_requeue(*, outbox_id: int) -> bool:
+    """Put a dead row back to pending for a fresh round of attempts; return if it was dead.
+
+    Safe to resend: a dead row's decision was never accepted, and one accepted after all
+    (a lost response) is found by the reconciliation.
+    """
+    # A conditional update: only a dead row moves, and only once.
+    requeued = Outbox.objects.filter(pk=outbox_id, status=OutboxStatus.DEAD).update(
+        status=OutboxStatus.PENDING, attempts=0, next_attempt_at=timezone.now()
+    )
+    if requeued:
+        logger.info("Callback %s requeued", outbox_id)
+        transaction.on_commit(lambda: _enqueue(outbox_id))
+    return bool(requeued)
+
+
+def _enqueue(outbox_id: int) -> None:
+    from inbox.tasks_callbacks import callback_send_task
+
+    callback_send_task.delay(outbox_id)

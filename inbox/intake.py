@@ -1,0 +1,388 @@
+"""Intake: turn the messages on the SQS intake queue into tasks.
+
+A human stage puts a ``human-task/v1`` envelope on the intake queue and waits for its
+token to come back. ``intake_poll`` long-polls the queue; ``intake_message`` handles one
+message in one transaction: a valid envelope becomes a queued task (its token encrypted,
+with a keyed digest that makes redeliveries harmless), a ``process-failure/v1`` notice is
+recorded and mailed to the admins (``inbox.process_failures``), and anything else is
+recorded as an IntakeError and left on the queue, whose redrive policy moves it to the
+dead-letter queue after a few receives. ``intake_redrive`` moves dead letters back once
+an admin fixed the cause.
+
+Message bodies hold task tokens: no body, token or envelope value reaches a log line, an
+exception message or an IntakeError; problems name the field and the rule only.
+"""
+
+import datetime
+import functools
+import json
+import logging
+import re
+import time
+import traceback
+from enum import StrEnum
+from typing import Any
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from accounts.models import Dispatch, Skill
+from config.errors import ExternalServiceError
+from inbox.lifecycle import event_append
+from inbox.models import IntakeError, Task, TaskState
+from inbox.process_failures import process_failure_record
+from inbox.redaction import REDACTED, redact
+from inbox.tokens import token_digest, token_encrypt
+from processes import aws
+from processes.envelope import envelope_problems
+from processes.forms import form_for
+from processes.spec import MAX_SECONDS
+
+logger = logging.getLogger(__name__)
+
+HUMAN_TASK = "human-task/v1"
+PROCESS_FAILURE = "process-failure/v1"
+# The schema's own pattern: a readable execution ARN is worth keeping on an IntakeError.
+_EXECUTION_ARN = re.compile(r"^arn:aws[a-zA-Z-]*:states:[^:]+:[0-9]{12}:execution:[^:]+:[^:]+$")
+_EXECUTION_MAX = 2048
+_STAGE_MAX = 80
+_UNEXPECTED_MAX = 500
+# The longest wait SQS allows for one long poll.
+_SQS_WAIT_MAX = 20
+# The DLQ is read with a short long poll, which (unlike a 0 s short poll) asks every SQS
+# server, so an existing message is not missed.
+_REDRIVE_WAIT_SECONDS = 1
+
+
+class Outcome(StrEnum):
+    CREATED = "created"
+    DUPLICATE = "duplicate"
+    RECORDED = "recorded"
+    INVALID = "invalid"
+    # An unexpected exception; recorded as an IntakeError, the message is left for redrive.
+    ERROR = "error"
+
+
+# Outcomes whose message is done with: it is deleted from the queue after commit.
+_DONE = frozenset({Outcome.CREATED, Outcome.DUPLICATE, Outcome.RECORDED})
+
+
+# One message ----------------------------------------------------------------------------
+
+
+def intake_message(*, message: dict) -> str:
+    """Handle one SQS message (Body, MessageId, Attributes); return its Outcome.
+
+    Return "created" for a new task, "duplicate" when a task with the same token exists,
+    "recorded" for a process-failure notice, "invalid" when the message was refused and
+    recorded as an IntakeError. Unexpected errors propagate; see ``intake_poll``.
+    """
+    message_id = str(message.get("MessageId") or "")
+    receive_count = _receive_count(message)
+    try:
+        envelope = json.loads(message.get("Body") or "")
+    except ValueError:
+        return _invalid(
+            message_id=message_id, receive_count=receive_count, envelope=None,
+            problems=["(body): must be a JSON object; it is not valid JSON"],
+        )
+    problems = envelope_problems(envelope)
+    if not problems and envelope["kind"] == HUMAN_TASK:
+        problems = _task_problems(envelope)
+    if problems:
+        return _invalid(
+            message_id=message_id, receive_count=receive_count, envelope=envelope,
+            problems=problems,
+        )
+    if envelope["kind"] == HUMAN_TASK:
+        outcome = _task_create(envelope=envelope)
+    elif envelope["kind"] == PROCESS_FAILURE:
+        process_failure_record(envelope=envelope, message_id=message_id)
+        outcome = Outcome.RECORDED
+    else:
+        # A kind the schemas know and this intake does not handle yet.
+        return _invalid(
+            message_id=message_id, receive_count=receive_count, envelope=envelope,
+            problems=["kind: not handled by this version of the inbox"],
+        )
+    if receive_count > 1 and message_id:
+        # Refused before (e.g. an unexpected error), taken now: not an intake error any more.
+        IntakeError.objects.filter(message_id=message_id).delete()
+    return outcome
+
+
+def _receive_count(message: dict) -> int:
+    try:
+        return max(1, int(message.get("Attributes", {}).get("ApproximateReceiveCount", 1)))
+    except (TypeError, ValueError):
+        return 1
+
+
+def _task_problems(envelope: dict[str, Any]) -> list[str]:
+    """Return what the schema cannot check: the skill, the form, the entry time."""
+    problems = []
+    if len(envelope["execution"]) > _EXECUTION_MAX:
+        problems.append(f"execution: must be at most {_EXECUTION_MAX} characters")
+    # Step Functions runs an execution for at most a year; longer clocks cannot be meant.
+    clocks = {f"timeouts.{name}": value for name, value in envelope["timeouts"].items()}
+    clocks["heartbeatSeconds"] = envelope.get("heartbeatSeconds", 0)
+    problems.extend(
+        f"{where}: must be at most {MAX_SECONDS}" for where, value in clocks.items()
+        if value > MAX_SECONDS
+    )
+    if _entered_at(envelope["enteredAt"]) is None:
+        problems.append("enteredAt: must be an ISO 8601 date and time")
+    if not Skill.objects.filter(slug=envelope["skill"]).exists():
+        problems.append(
+            "skill: no skill with this slug exists (an admin creates it, then redrives "
+            "the dead letters)"
+        )
+    process = envelope["process"]
+    if form_for(process_name=process["name"], process_version=process["version"],
+                form_name=envelope["form"]) is None:
+        problems.append(
+            "form: neither the deployed spec of this process version nor the built-in "
+            "forms define it"
+        )
+    return problems
+
+
+def _entered_at(value: str) -> datetime.datetime | None:
+    try:
+        moment = datetime.datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    if timezone.is_naive(moment):
+        # Step Functions times are UTC; a time without an offset is read as UTC.
+        moment = moment.replace(tzinfo=datetime.UTC)
+    return moment
+
+
+def _dispatch(*, task_id: str) -> None:
+    from inbox.tasks_dispatch import dispatch_task
+
+    dispatch_task.delay(task_id)
+
+
+def _task_create(*, envelope: dict[str, Any]) -> str:
+    token = envelope["taskToken"]
+    digest = token_digest(token)
+    timeouts = envelope["timeouts"]
+    now = timezone.now()
+    try:
+        with transaction.atomic():
+            if Task.objects.filter(token_digest=digest).exists():
+                return Outcome.DUPLICATE
+            task = Task.objects.create(
+                state=TaskState.QUEUED,
+                token_ciphertext=token_encrypt(token),
+                token_digest=digest,
+                execution_arn=envelope["execution"],
+                stage=envelope["stage"],
+                process_name=envelope["process"]["name"],
+                process_version=envelope["process"]["version"],
+                skill=Skill.objects.get(slug=envelope["skill"]),
+                min_proficiency=envelope.get("minProficiency", 1),
+                title=envelope["title"],
+                form=envelope["form"],
+                input=envelope["input"],
+                priority=envelope["priority"],
+                exclude_workers_of=envelope.get("excludeWorkersOf", []),
+                offer_seconds=timeouts["offer"],
+                work_seconds=timeouts["work"],
+                overall_seconds=timeouts["overall"],
+                escalation_seconds=timeouts.get("escalation"),
+                on_timeout=envelope["onTimeout"],
+                heartbeat_seconds=envelope.get("heartbeatSeconds"),
+                entered_at=_entered_at(envelope["enteredAt"]),
+                # The overall clock runs from when the task entered the inbox.
+                overall_deadline=now + datetime.timedelta(seconds=timeouts["overall"]),
+            )
+            event_append(
+                task=task, action="receive", from_state="", actor=None, system="intake",
+                data={"overall_deadline": task.overall_deadline.isoformat()},
+            )
+            if task.skill.dispatch == Dispatch.PUSH:
+                # After commit: the offer must find the task in the database.
+                transaction.on_commit(functools.partial(_dispatch, task_id=str(task.pk)))
+    except IntegrityError:
+        # Two deliveries of one envelope handled at once (a redelivery after a visibility
+        # timeout, or two pollers): both saw no task, the unique digest let one insert win.
+        if Task.objects.filter(token_digest=digest).exists():
+            return Outcome.DUPLICATE
+        raise
+    logger.info(
+        "Intake: task %s queued for skill %s (%s v%s, stage %s)",
+        task.pk, task.skill.slug, task.process_name, task.process_version, task.stage,
+    )
+    return Outcome.CREATED
+
+
+# Refused messages ------------------------------------------------------------------------
+
+
+def _invalid(*, message_id: str, receive_count: int, envelope: Any,
+             problems: list[str]) -> str:
+    token = _token_of(envelope)
+    problems = [_scrub(problem, token) for problem in problems]
+    _intake_error_record(message_id=message_id, receive_count=receive_count,
+                         envelope=envelope, token=token, problems=problems)
+    logger.warning(
+        "Intake: refused message %s (receive %d): %s",
+        message_id, receive_count, "; ".join(problems),
+    )
+    return Outcome.INVALID
+
+
+def _intake_error_record(*, message_id: str, receive_count: int, envelope: Any,
+                         token: str | None, problems: list[str]) -> None:
+    """Record a refused message, one row per message id, kept current on each receive."""
+    execution_arn, stage = _where(envelope, token)
+    fields = {"receive_count": receive_count, "problems": problems,
+              "execution_arn": execution_arn, "stage": stage}
+    with transaction.atomic():
+        updated = 0
+        if message_id:
+            updated = IntakeError.objects.filter(message_id=message_id).update(**fields)
+        if not updated:
+            IntakeError.objects.create(message_id=message_id, **fields)
+
+
+def _token_of(envelope: Any) -> str | None:
+    if isinstance(envelope, dict):
+        token = envelope.get("taskToken")
+        if isinstance(token, str) and token:
+            return token
+    return None
+
+
+def _where(envelope: Any, token: str | None) -> tuple[str, str]:
+    """Return the execution ARN and stage of an envelope where they are readable and safe."""
+    if not isinstance(envelope, dict):
+        return "", ""
+    execution, stage = envelope.get("execution"), envelope.get("stage")
+    if not (isinstance(execution, str) and len(execution) <= _EXECUTION_MAX
+            and _EXECUTION_ARN.match(execution)):
+        execution = ""
+    if not (isinstance(stage, str) and len(stage) <= _STAGE_MAX):
+        stage = ""
+    # A malformed envelope may carry its token (or something like one) in the wrong field.
+    if _scrub(execution, token) != execution:
+        execution = ""
+    if _scrub(stage, token) != stage:
+        stage = ""
+    return execution, stage
+
+
+def _scrub(text: str, token: str | None) -> str:
+    """Return text without the token and without anything token-shaped."""
+    if token:
+        # A placeholder redact() leaves alone, so "[redacted]" is not redacted once more.
+        text = text.replace(token, "\x00")
+    return redact(text).replace("\x00", REDACTED)
+
+
+def _unexpected_record(*, message: dict, exc: Exception) -> None:
+    """Record and log an unexpected error on one message, without the token or the body."""
+    try:
+        envelope = json.loads(message.get("Body") or "")
+    except Exception:
+        envelope = None
+    token = _token_of(envelope)
+    what = _scrub(f"{type(exc).__name__}: {exc}", token)[:_UNEXPECTED_MAX]
+    message_id = str(message.get("MessageId") or "")
+    # The frames only (file, line, source): the exception text is logged scrubbed above.
+    frames = "".join(traceback.format_tb(exc.__traceback__))
+    logger.error("Intake: unexpected error on message %s: %s\n%s", message_id, what, frames)
+    try:
+        _intake_error_record(
+            message_id=message_id, receive_count=_receive_count(message), envelope=envelope,
+            token=token, problems=[f"(unexpected): {what}"],
+        )
+    except Exception as record_exc:
+        logger.error("Intake: could not record the error on message %s: %s", message_id,
+                     type(record_exc).__name__)
+
+
+# The queue ------------------------------------------------------------------------------
+
+
+def intake_poll(
+    *,
+    max_messages: int = 10,
+    wait_seconds: int = 20,
+    budget_seconds: float = 25,
+    visibility_timeout: int | None = None,
+) -> dict[str, int]:
+    """Long-poll the intake queue and handle each message; return counts per Outcome.
+
+    Receive until a receive comes back empty or budget_seconds are used. Each message is
+    handled on its own: an unexpected error on one is recorded and the rest go on. A
+    message is deleted after its transaction committed, and only when it is done with
+    (created, duplicate, recorded); the others stay, and the queue's redrive policy moves
+    them to the dead-letter queue. visibility_timeout overrides the queue's own for the
+    received messages (None keeps it). Raise ExternalServiceError if SQS cannot be read.
+    """
+    url = aws.queue_url(name=settings.INBOX_INTAKE_QUEUE)
+    counts = dict.fromkeys(Outcome, 0)
+    deadline = time.monotonic() + budget_seconds
+    while (remaining := deadline - time.monotonic()) > 0:
+        messages = aws.messages_receive(
+            url=url, max_messages=max_messages,
+            wait_seconds=max(0, min(wait_seconds, _SQS_WAIT_MAX, int(remaining))),
+            visibility_timeout=visibility_timeout,
+        )
+        if not messages:
+            break
+        for message in messages:
+            try:
+                outcome = Outcome(intake_message(message=message))
+            except Exception as exc:
+                _unexpected_record(message=message, exc=exc)
+                outcome = Outcome.ERROR
+            counts[outcome] += 1
+            if outcome in _DONE:
+                # Outside a transaction (how the poller runs) this deletes at once, after
+                # intake_message committed; inside one it waits for the commit, so a
+                # rollback leaves the message on the queue to be delivered again.
+                transaction.on_commit(
+                    functools.partial(_message_delete, url=url, message=message)
+                )
+    return {str(outcome): count for outcome, count in counts.items()}
+
+
+def _message_delete(*, url: str, message: dict) -> None:
+    try:
+        aws.message_delete(url=url, receipt_handle=message["ReceiptHandle"])
+    except ExternalServiceError as exc:
+        # Harmless: the message comes back after its visibility timeout and is then a
+        # duplicate (or an already recorded notice), deleted on that receive.
+        logger.warning("Intake: could not delete message %s: %s",
+                       message.get("MessageId", ""), exc.message)
+
+
+def intake_redrive(*, max_messages: int = 10) -> int:
+    """Move up to max_messages from the dead-letter queue back to the intake queue.
+
+    For admins, after they fixed the cause (e.g. created a missing skill). Each message is
+    sent again, then deleted from the dead-letter queue: a crash in between leaves a copy
+    in both, and the intake sees the copy as a duplicate. Return how many were moved.
+    """
+    dlq_url = aws.queue_url(name=settings.INBOX_INTAKE_DLQ)
+    queue_url = aws.queue_url(name=settings.INBOX_INTAKE_QUEUE)
+    moved = 0
+    while moved < max_messages:
+        batch = aws.messages_receive(
+            url=dlq_url, max_messages=min(10, max_messages - moved),
+            wait_seconds=_REDRIVE_WAIT_SECONDS,
+        )
+        if not batch:
+            break
+        for message in batch:
+            aws.message_send(url=queue_url, body=message["Body"])
+            aws.message_delete(url=dlq_url, receipt_handle=message["ReceiptHandle"])
+            moved += 1
+    if moved:
+        logger.info("Intake: moved %d message(s) from the dead-letter queue back", moved)
+    return moved

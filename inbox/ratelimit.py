@@ -1,0 +1,104 @@
+"""A fixed-window rate limit shared by every process through Django's cache.
+
+Each window (``window_seconds`` long, aligned on the wall clock) has a counter in the
+cache; a call is allowed while the counter, after its increment, is at most the limit.
+With Redis (production) the increment is Redis' own atomic INCR, so all web and worker
+processes on all machines share one budget. The file cache (the local default) has no
+atomic increment, so there the read-increment-write runs under an exclusive file lock
+beside the cache files, which every local process shares. Other backends are only
+serialised within one process: use Redis or the file cache with several processes.
+
+A fixed window lets up to twice the limit through across one window boundary; callers
+size the limit so that such a burst still fits the remote service's burst allowance.
+"""
+
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from django.core.cache import caches
+from django.core.cache.backends.base import BaseCache
+from django.core.cache.backends.filebased import FileBasedCache
+from django.core.cache.backends.redis import RedisCache
+from django.core.files import locks
+
+logger = logging.getLogger(__name__)
+
+CACHE_ALIAS = "default"
+_LOCK_FILE = "ratelimit.lock"
+_process_lock = threading.Lock()
+
+
+@dataclass(frozen=True)
+class Permit:
+    """The answer of ``rate_take``: granted or not, in which window, and how long to wait."""
+
+    granted: bool
+    window: int
+    wait: float
+
+
+def rate_take(*, name: str, limit: int, window_seconds: float = 1.0) -> Permit:
+    """Take one call from the current window of the limit called name.
+
+    A limit of 0 (or less) refuses every call. If the cache fails, the call is allowed
+    (and the failure logged): the remote service's own throttling, which callers retry,
+    is the backstop, and a cache outage must not stop every callback.
+    """
+    now = time.time()
+    window = int(now // window_seconds)
+    wait = (window + 1) * window_seconds - now
+    if limit <= 0:
+        return Permit(granted=False, window=window, wait=wait)
+    cache = caches[CACHE_ALIAS]
+    key = f"ratelimit:{name}:{window}"
+    # The counter outlives its window a little, so a late increment still finds it.
+    timeout = int(window_seconds) + 2
+    try:
+        count = _increment(cache=cache, key=key, timeout=timeout)
+    except Exception as exc:
+        logger.warning("Rate limit %s unavailable, allowing the call: %s", name, exc)
+        return Permit(granted=True, window=window, wait=0.0)
+    if count <= limit:
+        return Permit(granted=True, window=window, wait=0.0)
+    return Permit(granted=False, window=window, wait=wait)
+
+
+def _increment(*, cache: BaseCache, key: str, timeout: int) -> int:
+    """Add one to the counter at key (created with timeout) and return its new value."""
+    if isinstance(cache, RedisCache):
+        # SET NX then INCR: both atomic in Redis, and INCR keeps the expiry set by add.
+        cache.add(key, 0, timeout=timeout)
+        try:
+            return cache.incr(key)
+        except ValueError:
+            # The key expired between add and incr (a window boundary); start it again.
+            cache.add(key, 0, timeout=timeout)
+            return cache.incr(key)
+    # Without an atomic increment, two processes could both read n and both write n + 1.
+    with _serialised(cache):
+        count = (cache.get(key) or 0) + 1
+        cache.set(key, count, timeout=timeout)
+        return count
+
+
+@contextlib.contextmanager
+def _serialised(cache: BaseCache) -> Iterator[None]:
+    """Hold an exclusive lock for a read-modify-write on cache, across processes if possible."""
+    if not isinstance(cache, FileBasedCache):
+        with _process_lock:
+            yield
+        return
+    directory = Path(cache._dir)
+    directory.mkdir(parents=True, exist_ok=True)
+    # flock: held per open file, so it also excludes other threads of this process.
+    with open(directory / _LOCK_FILE, "a") as handle:
+        locks.lock(handle, locks.LOCK_EX)
+        try:
+            yield
+        finally:
+            locks.unlock(handle)

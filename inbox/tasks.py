@@ -1,0 +1,13 @@
+"""Celery tasks of the inbox: each takes ids, calls one service, and is enqueued on commit."""
+
+from inbox.tasks_callbacks import callback_send_task, outbox_drain_task
+from inbox.tasks_dispatch import dispatch_pending_task, dispatch_task
+from inbox.tasks_intake import intake_poll_task
+
+__all__ = [
+    "callback_send_task",
+    "dispatch_pending_task",
+    "dispatch_task",
+    "intake_poll_task",
+    "outbox_drain_task",
+]

@@ -1,0 +1,89 @@
+import pytest
+from rest_framework.authtoken.models import Token
+from rest_framework.test import APIClient
+
+from inbox.models import TaskState
+
+
+@pytest.fixture
+def api():
+    def client_for(user) -> APIClient:
+        client = APIClient()
+        client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=user).key}")
+        return client
+
+    return client_for
+
+
+def test_take_next_and_complete_through_the_api(api, make_task, make_worker):
+    worker = make_worker({"invoice-review": 3})
+    make_task()
+    client = api(worker)
+    queues = client.get("/api/inbox/queues/").json()
+    assert queues[0]["skill"] == "invoice-review" and queues[0]["waiting"] == 1
+    task = client.post("/api/inbox/tasks/next/", {}, format="json").json()
+    assert task["state"] == TaskState.IN_PROGRESS and task["assignee"] == worker.email
+    assert [f["name"] for f in task["form"]["fields"]] == ["decision", "comment"]
+    assert task["clocks"]["work_deadline"] and task["clocks"]["overall_deadline"]
+    assert [e["action"] for e in task["history"]] == ["receive", "take_next"]
+    done = client.post(f"/api/inbox/tasks/{task['id']}/complete/",
+                       {"answer": {"decision": "approve"}, "version": task["version"]},
+                       format="json")
+    assert done.status_code == 200, done.json()
+    assert done.json()["state"] == TaskState.COMPLETING
+
+
+def test_a_bad_answer_is_a_400_naming_the_field(api, make_task, make_worker):
+    worker = make_worker({"invoice-review": 3})
+    make_task()
+    client = api(worker)
+    task = client.post("/api/inbox/tasks/next/", {}, format="json").json()
+    response = client.post(f"/api/inbox/tasks/{task['id']}/complete/",
+                           {"answer": {"decision": "reject"}}, format="json")
+    assert response.status_code == 400
+    assert response.json()["errors"] == {"comment": "required when decision is reject"}
+
+
+def test_a_stale_version_is_a_409(api, make_task, make_worker):
+    worker = make_worker({"invoice-review": 3})
+    task = make_task()
+    client = api(worker)
+    assert client.post(f"/api/inbox/tasks/{task.pk}/claim/", {"version": 1},
+                       format="json").status_code == 200
+    response = client.post(f"/api/inbox/tasks/{task.pk}/release/", {"version": 1},
+                           format="json")
+    assert response.status_code == 409
+    assert response.json()["code"] == "stale_version"
+
+
+def test_a_task_of_a_skill_you_do_not_hold_is_a_404_and_in_no_list(
+    api, make_task, make_worker, approval_skill
+):
+    outsider = make_worker({"finance-approval": 5})
+    task = make_task()
+    client = api(outsider)
+    assert client.get(f"/api/inbox/tasks/{task.pk}/").status_code == 404
+    assert client.post(f"/api/inbox/tasks/{task.pk}/claim/", {}, format="json").status_code == 404
+    assert client.get("/api/inbox/tasks/mine/").json() == []
+    assert [q["skill"] for q in client.get("/api/inbox/queues/").json()] == ["finance-approval"]
+    assert client.post("/api/inbox/tasks/next/", {}, format="json").status_code == 404
+
+
+def test_unknown_and_malformed_task_ids_are_404(api, make_worker, review_skill):
+    client = api(make_worker({"invoice-review": 3}))
+    assert client.get("/api/inbox/tasks/00000000-0000-0000-0000-000000000000/").status_code == 404
+    assert client.get("/api/inbox/tasks/not-a-uuid/").status_code == 404
+
+
+def test_anonymous_api_calls_are_refused(client, db):
+    assert client.post("/api/inbox/tasks/next/").status_code in (401, 403)
+
+
+def test_session_posts_need_csrf(make_task, make_worker):
+    from django.test import Client
+
+    worker = make_worker({"invoice-review": 3})
+    make_task()
+    browser = Client(enforce_csrf_checks=True)
+    browser.force_login(worker)
+    assert browser.post("/api/inbox/tasks/next/").status_code == 403

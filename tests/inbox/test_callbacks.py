@@ -1,0 +1,701 @@
+"""The callback outbox against real executions on the emulator.
+
+Tasks are made the way production makes them: an execution of the invoice process waits
+at its review stage, its envelope goes through ``intake_message``, a reviewer takes the
+task and completes or rejects it through the lifecycle. The only patches are on the
+boto3 client's SendTask* methods, to count calls and to inject what the emulator cannot
+do on demand (throttling, 5xx, a lost response, AWS's TaskTimedOut); each test says so.
+"""
+
+import datetime
+import json
+import logging
+import math
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from botocore.exceptions import ClientError, ReadTimeoutError
+from django.conf import settings
+from django.db import connection
+from django.utils import timezone
+
+from accounts.models import User
+from accounts.services import skill_ensure, worker_skill_set
+from config.celery import app as celery_app
+from inbox import lifecycle
+from inbox.callback_history import history_task_outcome
+from inbox.callbacks import (
+    OUTPUT_MAX_BYTES,
+    SendResult,
+    backoff_seconds,
+    callback_problem,
+    callback_send,
+    outbox_drain,
+    outbox_requeue,
+)
+from inbox.intake import intake_message
+from inbox.models import Outbox, OutboxKind, OutboxStatus, Task, TaskState
+from inbox.ratelimit import rate_take
+from processes import aws
+from processes.compiler import Target, compile_spec
+from processes.spec import spec_load
+from tests.sfn import execution_wait, task_message_wait, unique
+
+SPECS = Path(__file__).resolve().parents[2] / "processes" / "specs"
+SMALL_INVOICE = {"invoice_id": "INV-7", "supplier": "ACME", "amount": 900, "currency": "EUR"}
+APPROVE = {"decision": "approve", "comment": "fine"}
+
+
+# Real executions and tasks ----------------------------------------------------------------
+
+
+def _machine(*, stage_timeout: int | None = None, execution_timeout: int | None = None) -> str:
+    """Deploy invoice-approval, optionally with a short review or execution timeout."""
+    queue_url = aws.queue_url(name=settings.INBOX_INTAKE_QUEUE)
+    queue_arn = aws.queue_attributes(url=queue_url)["QueueArn"]
+    _arn, partition, _sqs, region, account, _name = queue_arn.split(":")
+    target = Target(queue_url, f"arn:{partition}:states:{region}:{account}:stateMachine:")
+    asl = compile_spec(spec_load(SPECS / "invoice-approval.yaml"), target=target)
+    if stage_timeout is not None:
+        asl["States"]["review"]["TimeoutSeconds"] = stage_timeout
+    if execution_timeout is not None:
+        asl["TimeoutSeconds"] = execution_timeout
+    return aws.state_machine_create_or_update(
+        name=unique("cb-invoice"), definition=asl, role_arn=settings.INBOX_STATES_ROLE_ARN
+    )
+
+
+@pytest.fixture(scope="module")
+def invoice_machine(emulator) -> str:
+    return _machine()
+
+
+@dataclass
+class Review:
+    """A review task of a real execution, and the plaintext token its envelope carried."""
+
+    task: Task
+    token: str
+    execution: str
+
+
+@pytest.fixture
+def reviewer(make_user) -> User:
+    worker = make_user()
+    skill = skill_ensure(slug="invoice-review", name="Invoice review")
+    worker_skill_set(worker=worker, skill=skill, proficiency=3)
+    return worker
+
+
+def _review(machine: str, invoice: dict | None = None) -> Review:
+    """Start an execution and take its review envelope in through the intake."""
+    skill_ensure(slug="invoice-review", name="Invoice review")
+    execution = aws.execution_start(
+        state_machine_arn=machine, name=unique("cb"), input=invoice or SMALL_INVOICE
+    )
+    envelope = task_message_wait(execution_arn=execution, stage="review")
+    outcome = intake_message(message={
+        "MessageId": str(uuid.uuid4()), "Body": json.dumps(envelope),
+        "Attributes": {"ApproximateReceiveCount": "1"},
+    })
+    assert outcome == "created"
+    task = Task.objects.get(execution_arn=execution, stage="review")
+    return Review(task=task, token=envelope["taskToken"], execution=execution)
+
+
+def _taken(review: Review, worker: User) -> Task:
+    return lifecycle.task_start(task=review.task, worker=worker, action="take",
+                                allowed_from=[TaskState.QUEUED])
+
+
+def _complete(review: Review, worker: User, answer: dict | None = None) -> Outbox:
+    task = _taken(review, worker)
+    lifecycle.task_complete(task=task, worker=worker, answer=answer or APPROVE)
+    return Outbox.objects.get(task=review.task)
+
+
+def _reject(review: Review, worker: User, reason: str = "wrong supplier") -> Outbox:
+    task = _taken(review, worker)
+    lifecycle.task_reject(task=task, worker=worker, reason=reason)
+    return Outbox.objects.get(task=review.task)
+
+
+def _task_outcomes(execution: str) -> list[dict]:
+    return [e for e in aws.execution_history(execution_arn=execution)
+            if e["type"] in {"TaskSucceeded", "TaskFailed", "TaskTimedOut"}]
+
+
+# Injection at the boto3 client ---------------------------------------------------------------
+
+
+def _client_error(code: str, status: int, message: str = "injected") -> ClientError:
+    return ClientError(
+        {"Error": {"Code": code, "Message": message},
+         "ResponseMetadata": {"HTTPStatusCode": status}},
+        "SendTaskSuccess",
+    )
+
+
+Step = Callable[[Callable[..., Any], dict], Any]
+
+
+def fail_with(code: str, status: int, message: str = "injected") -> Step:
+    def step(real: Callable[..., Any], params: dict) -> Any:
+        raise _client_error(code, status, message)
+
+    return step
+
+
+def lose_response(real: Callable[..., Any], params: dict) -> Any:
+    """Make the call for real, then lose its response (a read timeout)."""
+    real(**params)
+    raise ReadTimeoutError(endpoint_url=settings.AWS_ENDPOINT_URL)
+
+
+def crash(real: Callable[..., Any], params: dict) -> Any:
+    raise RuntimeError("the worker died mid-call")
+
+
+class SendTaskSpy:
+    """Wrap the shared boto3 client's SendTask* methods: count calls, play injected steps."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.calls: list[str] = []
+        self.plan: list[Step] = []
+        self._lock = threading.Lock()
+        client = aws.client(service="stepfunctions")
+        for name in ("send_task_success", "send_task_failure"):
+            monkeypatch.setattr(client, name, self._wrap(name, getattr(client, name)))
+
+    def _wrap(self, name: str, real: Callable[..., Any]) -> Callable[..., Any]:
+        def call(**params: Any) -> Any:
+            with self._lock:
+                self.calls.append(name)
+                step = self.plan.pop(0) if self.plan else None
+            return step(real, params) if step else real(**params)
+
+        return call
+
+
+@pytest.fixture
+def spy(monkeypatch) -> SendTaskSpy:
+    return SendTaskSpy(monkeypatch)
+
+
+@pytest.fixture
+def fast_retries(settings) -> None:
+    """Retries are due at once (zero backoff), so a test need not wait for them."""
+    settings.INBOX_CALLBACK_BACKOFF_BASE_SECONDS = 0
+
+
+@pytest.fixture
+def eager_celery() -> Iterator[None]:
+    """Run Celery tasks in the caller, as soon as they are enqueued."""
+    previous = celery_app.conf.task_always_eager
+    celery_app.conf.task_always_eager = True
+    try:
+        yield
+    finally:
+        celery_app.conf.task_always_eager = previous
+
+
+class RawRecords(logging.Handler):
+    """Capture records before any handler's filter (the redactor) rewrites them."""
+
+    def __init__(self) -> None:
+        super().__init__(level=logging.DEBUG)
+        self.texts: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        text = record.getMessage()
+        if record.exc_info:
+            text += logging.Formatter().formatException(record.exc_info)
+        self.texts.append(text)
+
+
+@pytest.fixture
+def raw_logs(caplog) -> Iterator[RawRecords]:
+    caplog.set_level(logging.DEBUG)
+    handler = RawRecords()
+    root = logging.getLogger()
+    root.handlers.insert(0, handler)
+    try:
+        yield handler
+    finally:
+        root.removeHandler(handler)
+
+
+# Delivery --------------------------------------------------------------------------------
+
+
+@pytest.mark.emulator
+def test_completed_task_lands_once_and_the_execution_moves_on(invoice_machine, reviewer, spy):
+    review = _review(invoice_machine)
+    outbox = _complete(review, reviewer)
+    assert (outbox.kind, outbox.status, outbox.attempts) == (OutboxKind.SUCCESS, "pending", 0)
+
+    assert callback_send(outbox_id=outbox.pk) == SendResult.SENT
+
+    done = execution_wait(execution_arn=review.execution)
+    assert done["status"] == "SUCCEEDED"
+    assert json.loads(done["output"])["stages"]["review"]["answer"] == APPROVE
+    outbox.refresh_from_db()
+    assert (outbox.status, outbox.attempts, outbox.last_error) == (OutboxStatus.SENT, 1, "")
+    assert outbox.sent_at is not None
+    task = Task.objects.get(pk=review.task.pk)
+    assert task.state == TaskState.COMPLETED and task.closed_at is not None
+    assert [e.action for e in task.events.order_by("version")][-2:] == ["complete", "delivered"]
+    assert spy.calls == ["send_task_success"]
+    assert [e["type"] for e in _task_outcomes(review.execution)] == ["TaskSucceeded"]
+
+
+@pytest.mark.emulator
+def test_rejected_task_sends_human_task_rejected_and_follows_the_rejection_path(
+    invoice_machine, reviewer
+):
+    review = _review(invoice_machine)
+    outbox = _reject(review, reviewer, reason="duplicate invoice")
+    assert (outbox.kind, outbox.error) == (OutboxKind.FAILURE, "HumanTask.Rejected")
+
+    assert callback_send(outbox_id=outbox.pk) == SendResult.SENT
+
+    done = execution_wait(execution_arn=review.execution)
+    assert (done["status"], done.get("error")) == ("FAILED", "Invoice.Rejected")
+    [failed] = _task_outcomes(review.execution)
+    assert failed["taskFailedEventDetails"]["error"] == "HumanTask.Rejected"
+    task = Task.objects.get(pk=review.task.pk)
+    assert (task.state, task.reason) == (TaskState.REJECTED, "duplicate invoice")
+
+
+@pytest.mark.emulator
+def test_sending_the_same_row_twice_calls_step_functions_once(invoice_machine, reviewer, spy):
+    """The spy only counts calls to the boto3 client; every call reaches the emulator."""
+    review = _review(invoice_machine)
+    outbox = _complete(review, reviewer)
+
+    results = [callback_send(outbox_id=outbox.pk) for _ in range(2)]
+
+    assert results == [SendResult.SENT, SendResult.SKIPPED]
+    assert spy.calls == ["send_task_success"]
+    outbox.refresh_from_db()
+    assert (outbox.status, outbox.attempts) == (OutboxStatus.SENT, 1)
+
+
+@pytest.mark.emulator
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_of_eight_racing_senders_exactly_one_calls_step_functions(
+    invoice_machine, reviewer, spy, monkeypatch
+):
+    """Eight threads send one row at once; the spy counts calls to the boto3 client.
+
+    The on-commit enqueue is dropped (patched) so that the threads are the only senders.
+    """
+    from inbox.tasks_callbacks import callback_send_task
+
+    monkeypatch.setattr(callback_send_task, "delay", lambda *args, **kwargs: None)
+    review = _review(invoice_machine)
+    outbox = _complete(review, reviewer)
+    start = threading.Barrier(8)
+    results: list[str] = []
+
+    def sender() -> None:
+        try:
+            start.wait()
+            results.append(callback_send(outbox_id=outbox.pk))
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=sender) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+    assert Counter(results) == {SendResult.SENT: 1, SendResult.SKIPPED: 7}
+    assert spy.calls == ["send_task_success"]
+    assert execution_wait(execution_arn=review.execution)["status"] == "SUCCEEDED"
+    assert Task.objects.get(pk=review.task.pk).state == TaskState.COMPLETED
+
+
+@pytest.mark.emulator
+def test_completing_sends_after_commit_through_celery(
+    invoice_machine, reviewer, eager_celery, django_capture_on_commit_callbacks
+):
+    """Celery runs eagerly here, so the on-commit enqueue sends at once."""
+    review = _review(invoice_machine)
+
+    with django_capture_on_commit_callbacks(execute=True) as callbacks:
+        outbox = _complete(review, reviewer)
+
+    assert len(callbacks) == 1
+    assert execution_wait(execution_arn=review.execution)["status"] == "SUCCEEDED"
+    outbox.refresh_from_db()
+    assert outbox.status == OutboxStatus.SENT
+    assert Task.objects.get(pk=review.task.pk).state == TaskState.COMPLETED
+
+
+# Retries ---------------------------------------------------------------------------------
+
+
+@pytest.mark.emulator
+@pytest.mark.parametrize(("code", "status"), [("ThrottlingException", 400),
+                                              ("ServiceUnavailable", 503)])
+def test_throttled_or_failing_send_is_retried_and_lands_once(
+    invoice_machine, reviewer, spy, fast_retries, code, status
+):
+    """The first SendTaskSuccess is refused by a patched boto3 client method; the rest are real."""
+    review = _review(invoice_machine)
+    outbox = _complete(review, reviewer)
+    spy.plan = [fail_with(code, status)]
+
+    assert callback_send(outbox_id=outbox.pk) == SendResult.RETRY
+    outbox.refresh_from_db()
+    assert (outbox.status, outbox.attempts) == (OutboxStatus.PENDING, 1)
+    assert code in outbox.last_error
+    assert Task.objects.get(pk=review.task.pk).state == TaskState.COMPLETING
+
+    assert outbox_drain() == 1
+
+    outbox.refresh_from_db()
+    assert (outbox.status, outbox.attempts) == (OutboxStatus.SENT, 2)
+    assert spy.calls == ["send_task_success", "send_task_success"]
+    assert [e["type"] for e in _task_outcomes(review.execution)] == ["TaskSucceeded"]
+    assert execution_wait(execution_arn=review.execution)["status"] == "SUCCEEDED"
+    assert Task.objects.get(pk=review.task.pk).state == TaskState.COMPLETED
+
+
+@pytest.mark.emulator
+def test_retries_are_bounded_then_the_row_is_dead_and_can_be_requeued(
+    invoice_machine, reviewer, spy, fast_retries, settings
+):
+    """A patched boto3 client method throttles the first three calls; the fourth is real."""
+    settings.INBOX_CALLBACK_MAX_ATTEMPTS = 3
+    review = _review(invoice_machine)
+    outbox = _complete(review, reviewer)
+    spy.plan = [fail_with("ThrottlingException", 400)] * 3
+
+    results = [callback_send(outbox_id=outbox.pk) for _ in range(4)]
+
+    assert results == [SendResult.RETRY, SendResult.RETRY, SendResult.DEAD, SendResult.SKIPPED]
+    outbox.refresh_from_db()
+    assert outbox.status == OutboxStatus.DEAD
+    assert outbox.last_error.startswith("Gave up after 3 attempts: ")
+    assert "ThrottlingException" in outbox.last_error
+    # Not dropped: the task still waits for its callback, visible to the admins.
+    assert Task.objects.get(pk=review.task.pk).state == TaskState.COMPLETING
+
+    assert outbox_requeue(outbox_id=outbox.pk) is True
+    assert outbox_requeue(outbox_id=outbox.pk) is False
+    assert callback_send(outbox_id=outbox.pk) == SendResult.SENT
+    assert Task.objects.get(pk=review.task.pk).state == TaskState.COMPLETED
+
+
+@pytest.mark.emulator
+def test_a_client_error_is_dead_at_once(invoice_machine, reviewer, spy):
+    """A patched boto3 client method answers AccessDeniedException (HTTP 400)."""
+    review = _review(invoice_machine)
+    outbox = _complete(review, reviewer)
+    spy.plan = [fail_with("AccessDeniedException", 400, "not authorized")]
+
+    assert callback_send(outbox_id=outbox.pk) == SendResult.DEAD
+
+    outbox.refresh_from_db()
+    assert (outbox.status, outbox.attempts) == (OutboxStatus.DEAD, 1)
+    assert "AccessDeniedException" in outbox.last_error
+    assert aws.execution_describe(execution_arn=review.execution)["status"] == "RUNNING"
+
+
+@pytest.mark.emulator
+def test_output_over_256_kib_is_dead_without_a_call(invoice_machine, reviewer, spy):
+    """The emulator would accept it and fail the execution later; AWS refuses it."""
+    review = _review(invoice_machine)
+    outbox = _complete(review, reviewer, answer={"decision": "approve", "comment": "x" * 270_000})
+
+    assert callback_send(outbox_id=outbox.pk) == SendResult.DEAD
+
+    outbox.refresh_from_db()
+    assert outbox.status == OutboxStatus.DEAD
+    assert "256 KiB" in outbox.last_error and "not sent" in outbox.last_error
+    assert spy.calls == []
+    assert aws.execution_describe(execution_arn=review.execution)["status"] == "RUNNING"
+
+
+def test_callback_problem_names_what_step_functions_would_refuse():
+    assert callback_problem(kind=OutboxKind.SUCCESS, output={"a": [1, "ü"]}, error="",
+                            cause="") is None
+    assert "not valid JSON" in callback_problem(kind=OutboxKind.SUCCESS,
+                                                output={"score": math.nan}, error="", cause="")
+    assert "not valid JSON" in callback_problem(kind=OutboxKind.SUCCESS,
+                                                output={"at": datetime.date(2025, 1, 1)},
+                                                error="", cause="")
+    # Measured as sent: non-ASCII characters travel as \\u escapes (6 bytes each).
+    assert "256 KiB" in callback_problem(kind=OutboxKind.SUCCESS,
+                                         output={"c": "é" * (OUTPUT_MAX_BYTES // 6)},
+                                         error="", cause="")
+    assert callback_problem(kind=OutboxKind.FAILURE, output=None, error="HumanTask.Rejected",
+                            cause="x" * 32_768) is None
+    assert "cause" in callback_problem(kind=OutboxKind.FAILURE, output=None, error="E",
+                                       cause="x" * 32_769)
+    assert "error name" in callback_problem(kind=OutboxKind.FAILURE, output=None,
+                                            error="E" * 257, cause="")
+    assert "error name" in callback_problem(kind=OutboxKind.FAILURE, output=None, error="",
+                                            cause="")
+
+
+def test_backoff_is_exponential_capped_and_jittered(settings):
+    settings.INBOX_CALLBACK_BACKOFF_BASE_SECONDS = 2
+    settings.INBOX_CALLBACK_BACKOFF_MAX_SECONDS = 300
+    for attempt, ceiling in [(1, 2), (2, 4), (5, 32), (9, 300), (30, 300)]:
+        delays = [backoff_seconds(attempt=attempt) for _ in range(200)]
+        assert all(0 <= d <= ceiling for d in delays)
+        assert max(delays) > ceiling / 2  # full jitter spreads over the whole range
+
+
+# Reconciliation --------------------------------------------------------------------------
+
+
+@pytest.mark.emulator
+def test_a_lost_response_is_reconciled_from_the_history(
+    invoice_machine, reviewer, spy, fast_retries
+):
+    """The first call lands but its response is lost (a patched boto3 client method calls
+    the emulator, then raises a read timeout); the retry reuses the token, which the
+    emulator refuses with InvalidToken (AWS: TaskTimedOut)."""
+    review = _review(invoice_machine)
+    outbox = _complete(review, reviewer)
+    spy.plan = [lose_response]
+
+    assert callback_send(outbox_id=outbox.pk) == SendResult.RETRY
+    assert callback_send(outbox_id=outbox.pk) == SendResult.RECONCILED
+
+    outbox.refresh_from_db()
+    assert outbox.status == OutboxStatus.RECONCILED
+    assert outbox.sent_at is not None and "already accepted" in outbox.last_error
+    assert Task.objects.get(pk=review.task.pk).state == TaskState.COMPLETED
+    assert [e["type"] for e in _task_outcomes(review.execution)] == ["TaskSucceeded"]
+    assert execution_wait(execution_arn=review.execution)["status"] == "SUCCEEDED"
+
+
+@pytest.mark.emulator
+def test_the_history_shows_a_task_by_its_token_or_else_by_its_entry_time(invoice_machine, db):
+    review = _review(invoice_machine, {**SMALL_INVOICE, "amount": 20_000})
+    aws.task_success(token=review.token, output={"answer": APPROVE})
+    approval = task_message_wait(execution_arn=review.execution, stage="approval")
+    history = aws.execution_history(execution_arn=review.execution)
+
+    outcome = history_task_outcome(history=history, token=review.token, stage="review",
+                                   entered_at=review.task.entered_at)
+    assert outcome is not None and outcome["type"] == "TaskSucceeded"
+    assert json.loads(outcome["taskSucceededEventDetails"]["output"]) == {"answer": APPROVE}
+    approval_entered = datetime.datetime.fromisoformat(approval["enteredAt"])
+    assert history_task_outcome(history=history, token=approval["taskToken"],
+                                stage="approval", entered_at=approval_entered) is None
+
+    # Read without execution data, TaskScheduled carries no parameters (and no token).
+    bare = [
+        {**e, "taskScheduledEventDetails": {**e["taskScheduledEventDetails"], "parameters": ""}}
+        if e["type"] == "TaskScheduled" else e
+        for e in history
+    ]
+    assert history_task_outcome(history=bare, token=review.token, stage="review",
+                                entered_at=review.task.entered_at) == outcome
+    later = review.task.entered_at + datetime.timedelta(minutes=5)
+    assert history_task_outcome(history=bare, token=review.token, stage="review",
+                                entered_at=later) is None
+
+
+@pytest.mark.emulator
+def test_a_token_answered_elsewhere_expires_the_task_with_why(invoice_machine, reviewer):
+    """Someone else answered the stage first; the emulator refuses the reused token."""
+    review = _review(invoice_machine)
+    outbox = _complete(review, reviewer)
+    aws.task_success(token=review.token, output={"answer": {"decision": "reject"}})
+
+    assert callback_send(outbox_id=outbox.pk) == SendResult.EXPIRED
+
+    outbox.refresh_from_db()
+    assert (outbox.status, outbox.sent_at) == (OutboxStatus.RECONCILED, None)
+    assert outbox.last_error.startswith("Not delivered: Step Functions received another answer")
+    task = Task.objects.get(pk=review.task.pk)
+    assert task.state == TaskState.EXPIRED
+    assert task.reason.startswith("Step Functions received another answer for this stage")
+
+
+@pytest.mark.emulator
+@pytest.mark.parametrize("refusal", ["emulator", "aws"])
+def test_a_stage_that_timed_out_expires_the_task_with_why(emulator, reviewer, spy, refusal):
+    """The review stage times out after 1 s and the execution takes its timeout path.
+
+    "emulator": the emulator's own answer to the late token (InvalidToken). "aws": a
+    patched boto3 client method answers TaskTimedOut, as AWS does.
+    """
+    machine = _machine(stage_timeout=1)
+    review = _review(machine)
+    done = execution_wait(execution_arn=review.execution, timeout=15)
+    assert (done["status"], done.get("error")) == ("FAILED", "Invoice.TimedOut")
+    outbox = _complete(review, reviewer)
+    if refusal == "aws":
+        spy.plan = [fail_with("TaskTimedOut", 400, "Task Timed Out")]
+
+    assert callback_send(outbox_id=outbox.pk) == SendResult.EXPIRED
+
+    task = Task.objects.get(pk=review.task.pk)
+    assert task.state == TaskState.EXPIRED
+    assert task.reason.startswith("The stage timed out in Step Functions (States.Timeout)")
+    outbox.refresh_from_db()
+    assert outbox.status == OutboxStatus.RECONCILED and outbox.sent_at is None
+
+
+@pytest.mark.emulator
+def test_an_execution_that_timed_out_expires_the_task_with_why(emulator, reviewer):
+    machine = _machine(execution_timeout=1)
+    review = _review(machine)
+    assert execution_wait(execution_arn=review.execution, timeout=15)["status"] == "TIMED_OUT"
+    # A success: the emulator accepts a late SendTaskFailure for an ended execution.
+    outbox = _complete(review, reviewer)
+
+    assert callback_send(outbox_id=outbox.pk) == SendResult.EXPIRED
+
+    task = Task.objects.get(pk=review.task.pk)
+    assert (task.state, task.reason) == (
+        TaskState.EXPIRED, "Step Functions no longer waits: execution TIMED_OUT."
+    )
+
+
+# The outbox drain ------------------------------------------------------------------------
+
+
+@pytest.mark.emulator
+def test_a_crash_between_commit_and_send_is_recovered_by_the_drain(
+    invoice_machine, reviewer, settings
+):
+    """The test's transaction never commits, so the on-commit enqueue never runs: the
+    row is pending and nothing was sent, as after a crash right after the commit."""
+    review = _review(invoice_machine)
+    outbox = _complete(review, reviewer)
+
+    # A fresh row belongs to its on-commit task for a grace period.
+    assert outbox_drain() == 0
+    settings.INBOX_OUTBOX_DRAIN_GRACE_SECONDS = 0
+    assert outbox_drain() == 1
+
+    outbox.refresh_from_db()
+    assert outbox.status == OutboxStatus.SENT
+    assert execution_wait(execution_arn=review.execution)["status"] == "SUCCEEDED"
+    assert Task.objects.get(pk=review.task.pk).state == TaskState.COMPLETED
+    assert outbox_drain() == 0
+
+
+@pytest.mark.emulator
+def test_a_sender_that_dies_mid_call_is_replaced_when_its_lease_runs_out(
+    invoice_machine, reviewer, spy, settings
+):
+    """A patched boto3 client method raises as if the worker died during the call."""
+    settings.INBOX_CALLBACK_LEASE_SECONDS = 0
+    review = _review(invoice_machine)
+    outbox = _complete(review, reviewer)
+    spy.plan = [crash]
+
+    with pytest.raises(RuntimeError):
+        callback_send(outbox_id=outbox.pk)
+    outbox.refresh_from_db()
+    assert (outbox.status, outbox.attempts) == (OutboxStatus.PENDING, 1)
+
+    assert outbox_drain() == 1
+    outbox.refresh_from_db()
+    assert (outbox.status, outbox.attempts) == (OutboxStatus.SENT, 2)
+    assert Task.objects.get(pk=review.task.pk).state == TaskState.COMPLETED
+
+
+# The SendTask* rate limit ----------------------------------------------------------------
+
+
+def test_the_rate_limiter_never_lets_more_than_n_through_a_window():
+    """Sixteen threads take permits as fast as they can from one limit of 10 per second."""
+    name, limit = unique("rate"), 10
+    permits = []
+    start = threading.Barrier(16)
+
+    def taker() -> None:
+        start.wait()
+        for _ in range(25):
+            permits.append(rate_take(name=name, limit=limit))
+
+    threads = [threading.Thread(target=taker) for _ in range(16)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+    granted = Counter(p.window for p in permits if p.granted)
+    assert max(granted.values()) == limit
+    assert all(count <= limit for count in granted.values())
+    assert all(0 < p.wait <= 1 for p in permits if not p.granted)
+
+
+@pytest.mark.emulator
+def test_a_sender_without_capacity_gives_its_claim_back(invoice_machine, reviewer, spy,
+                                                        settings):
+    """A rate of 0 pauses every SendTask* call; the row waits without losing an attempt."""
+    settings.INBOX_SENDTASK_RATE = 0
+    settings.INBOX_SENDTASK_MAX_WAIT_SECONDS = 0
+    review = _review(invoice_machine)
+    outbox = _complete(review, reviewer)
+    before = timezone.now()
+
+    assert callback_send(outbox_id=outbox.pk) == SendResult.RATE_LIMITED
+
+    outbox.refresh_from_db()
+    assert (outbox.status, outbox.attempts) == (OutboxStatus.PENDING, 0)
+    # Due again at the next window (at most a second away), not after a lease.
+    assert before < outbox.next_attempt_at <= timezone.now() + datetime.timedelta(seconds=1.1)
+    assert spy.calls == []
+
+    settings.INBOX_SENDTASK_RATE = 250
+    time.sleep(max(0.0, (outbox.next_attempt_at - timezone.now()).total_seconds()))
+    assert callback_send(outbox_id=outbox.pk) == SendResult.SENT
+    assert spy.calls == ["send_task_success"]
+
+
+# Secrecy ---------------------------------------------------------------------------------
+
+
+@pytest.mark.emulator
+def test_no_log_record_and_no_last_error_contains_the_token(
+    invoice_machine, reviewer, spy, fast_retries, raw_logs
+):
+    """Patched boto3 client methods throttle, lose a response, and refuse with a message
+    that echoes the token (as AWS validation messages echo values)."""
+    lost, dead, timed_out = (_review(invoice_machine) for _ in range(3))
+    tokens = [lost.token, dead.token, timed_out.token]
+
+    lost_outbox = _complete(lost, reviewer)
+    spy.plan = [fail_with("ThrottlingException", 400), lose_response]
+    results = [callback_send(outbox_id=lost_outbox.pk) for _ in range(3)]
+    assert results == [SendResult.RETRY, SendResult.RETRY, SendResult.RECONCILED]
+
+    dead_outbox = _reject(dead, reviewer)
+    spy.plan = [fail_with("ValidationException", 400,
+                          f"Value '{dead.token}' at 'taskToken' failed to satisfy constraint")]
+    assert callback_send(outbox_id=dead_outbox.pk) == SendResult.DEAD
+
+    aws.task_success(token=timed_out.token, output={"answer": {"decision": "reject"}})
+    expired_outbox = _complete(timed_out, reviewer)
+    assert callback_send(outbox_id=expired_outbox.pk) == SendResult.EXPIRED
+
+    assert raw_logs.texts, "the senders log what they do"
+    for token in tokens:
+        assert not [text for text in raw_logs.texts if token in text]
+    texts = [*Outbox.objects.values_list("last_error", flat=True),
+             *Task.objects.values_list("reason", flat=True)]
+    assert "ValidationException" in Outbox.objects.get(pk=dead_outbox.pk).last_error
+    for token in tokens:
+        assert not [text for text in texts if token in text]
