@@ -161,6 +161,12 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": 10.0,
         "options": {"expires": 9},
     },
+    # Sends callbacks that are due: retries, and any whose on-commit enqueue was lost.
+    "outbox-drain": {
+        "task": "inbox.tasks_callbacks.outbox_drain_task",
+        "schedule": 5.0,
+        "options": {"expires": 4},
+    },
     # Offers queued push-queue tasks nobody was available for when they arrived.
     "dispatch-pending": {
         "task": "inbox.tasks_dispatch.dispatch_pending_task",
@@ -199,6 +205,12 @@ INBOX_STATES_ROLE_ARN = env_str(
     "INBOX_STATES_ROLE_ARN",
     "arn:aws:iam::123456789012:role/inbox-states" if INBOX_EMULATOR else None,
 )
+
+# Callbacks to Step Functions: SendTask* calls per second across all workers (the quota
+# refills at 300/s in smaller regions, 500/s in the largest), and attempts before a
+# callback is dead (visible to admins, requeueable).
+INBOX_SENDTASK_RATE = env_int("INBOX_SENDTASK_RATE", 250, minimum=0)
+INBOX_CALLBACK_MAX_ATTEMPTS = env_int("INBOX_CALLBACK_MAX_ATTEMPTS", 8, minimum=1, maximum=50)
 
 # Task token vault ------------------------------------------------------------
 

@@ -6,8 +6,9 @@ from django.http import HttpRequest
 from django.utils.html import format_html, format_html_join
 
 from config.errors import ExternalServiceError
+from inbox.callbacks import outbox_requeue
 from inbox.intake import intake_redrive
-from inbox.models import IntakeError, ProcessFailure
+from inbox.models import IntakeError, Outbox, ProcessFailure, Task, TaskEvent
 
 # Intake: refused messages and process failures ----------------------------------------------
 
@@ -86,3 +87,82 @@ class ProcessFailureAdmin(admin.ModelAdmin):
 
     def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
         return False
+
+
+# Tasks, their history and callbacks ------------------------------------------------------------
+
+
+class TaskEventInline(admin.TabularInline):
+    model = TaskEvent
+    fields = ["version", "action", "from_state", "to_state", "actor_label", "reason", "at"]
+    readonly_fields = fields
+    extra = 0
+    can_delete = False
+    ordering = ["version"]
+
+    def has_add_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
+
+
+@admin.register(Task)
+class TaskAdmin(admin.ModelAdmin):
+    """Tasks, read-only: state changes go through the services, never through the admin.
+
+    The token fields are never listed, shown or searchable.
+    """
+
+    list_display = ["title", "state", "skill", "assignee", "priority", "created_at",
+                    "overall_deadline"]
+    list_filter = ["state", "skill", "process_name"]
+    search_fields = ["title", "execution_arn", "stage"]
+    list_select_related = ["skill", "assignee"]
+    date_hierarchy = "created_at"
+    fields = ["id", "state", "version", "title", "process_name", "process_version", "stage",
+              "execution_arn", "skill", "min_proficiency", "priority", "form", "input",
+              "answer", "reason", "assignee", "exclude_workers_of", "entered_at",
+              "created_at", "offer_deadline", "work_deadline", "overall_deadline",
+              "closed_at", "on_timeout"]
+    readonly_fields = fields
+    inlines = [TaskEventInline]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
+
+
+@admin.register(Outbox)
+class OutboxAdmin(admin.ModelAdmin):
+    """Callbacks to Step Functions: what was sent, what is waiting, what is dead and why."""
+
+    list_display = ["created_at", "task", "kind", "status", "attempts", "next_attempt_at",
+                    "sent_at", "last_error"]
+    list_filter = ["status", "kind"]
+    list_select_related = ["task"]
+    fields = ["task", "decision_version", "kind", "status", "attempts", "next_attempt_at",
+              "sent_at", "last_error", "error", "cause", "output", "created_at"]
+    readonly_fields = fields
+    actions = ["requeue"]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
+
+    def has_requeue_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm("inbox.view_outbox") and request.user.is_staff
+
+    @admin.action(description="Requeue dead callbacks (safe: a landed one is reconciled)",
+                  permissions=["requeue"])
+    def requeue(self, request: HttpRequest, queryset: QuerySet) -> None:
+        requeued = sum(outbox_requeue(outbox_id=pk) for pk in queryset.values_list("pk",
+                                                                                    flat=True))
+        self.message_user(request, f"Requeued {requeued} callback(s).", messages.SUCCESS)

@@ -239,9 +239,13 @@ def _retry_or_dead(row: Outbox, *, exc: ExternalServiceError) -> str:
 def _dead(row: Outbox, *, reason: str) -> str:
     """Stop trying: the row stays for the admins, with why, and can be requeued."""
     # Only from pending: a row another sender settled meanwhile keeps its outcome.
-    Outbox.objects.filter(pk=row.pk, status=OutboxStatus.PENDING).update(
-        status=OutboxStatus.DEAD, last_error=_error_text(reason)
-    )
+    with transaction.atomic():
+        changed = Outbox.objects.filter(pk=row.pk, status=OutboxStatus.PENDING).update(
+            status=OutboxStatus.DEAD, last_error=_error_text(reason)
+        )
+        if changed:
+            _task_close(row, lambda: lifecycle.task_callback_failed(
+                task_id=row.task_id, reason=_error_text(reason)))
     logger.error("Callback %s of task %s is dead: %s", row.pk, row.task_id, reason)
     return SendResult.DEAD
 

@@ -19,7 +19,15 @@ from django.utils import timezone
 
 from accounts.models import User
 from config.errors import Conflict, NotFound
-from inbox.models import Outbox, OutboxKind, Task, TaskEvent, TaskPass, TaskState
+from inbox.models import (
+    SENDING_STATES,
+    Outbox,
+    OutboxKind,
+    Task,
+    TaskEvent,
+    TaskPass,
+    TaskState,
+)
 
 GENESIS_HASH = "0" * 64
 REJECTED_ERROR = "HumanTask.Rejected"
@@ -292,6 +300,19 @@ def task_callback_delivered(*, task_id: Any, outbox: Outbox) -> Task:
     return transition(
         task_id=task_id, action="delivered", allowed_from=[task.state], to_state=to_state,
         system="callbacks", change=change, data={"callback": outbox.kind},
+    )
+
+
+def task_callback_failed(*, task_id: Any, reason: str) -> Task:
+    """Record on the task that its decision could not be delivered (the outbox row is dead).
+
+    The task keeps its state (completing, rejecting, aborting): the decision stands and an
+    admin may requeue the callback; the history says why it has not closed.
+    """
+    task = Task.objects.get(pk=task_id)
+    return transition(
+        task_id=task_id, action="callback_failed", allowed_from=SENDING_STATES,
+        to_state=task.state, system="callbacks", reason=reason,
     )
 
 

@@ -411,6 +411,10 @@ def test_a_client_error_is_dead_at_once(invoice_machine, reviewer, spy):
     assert (outbox.status, outbox.attempts) == (OutboxStatus.DEAD, 1)
     assert "AccessDeniedException" in outbox.last_error
     assert aws.execution_describe(execution_arn=review.execution)["status"] == "RUNNING"
+    # The task's history says why it stays completing.
+    last = outbox.task.events.order_by("-version").first()
+    assert (last.action, last.to_state) == ("callback_failed", "completing")
+    assert "AccessDeniedException" in last.reason
 
 
 @pytest.mark.emulator
