@@ -73,3 +73,22 @@ def test_logging_filter_redacts_arguments_and_exception_text():
     RedactTokens().filter(record)
     assert UUID_LIKE not in record.getMessage()
     assert UUID_LIKE not in (record.exc_text or "")
+
+
+def test_rotation_command_reencrypts_every_stored_token(make_task, settings):
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    from inbox.models import Task
+
+    tasks = [make_task() for _ in range(3)]
+    tokens = {t.pk: token_decrypt(t.token_ciphertext) for t in tasks}
+    new_key = Fernet.generate_key().decode()
+    settings.INBOX_TOKEN_KEYS = [new_key, *settings.INBOX_TOKEN_KEYS]
+    out = StringIO()
+    call_command("token_keys_rotate", stdout=out)
+    assert "Re-encrypted 3 task token(s)" in out.getvalue()
+    settings.INBOX_TOKEN_KEYS = [new_key]  # the old key is retired
+    for task in Task.objects.all():
+        assert token_decrypt(task.token_ciphertext) == tokens[task.pk]
