@@ -96,7 +96,7 @@ def offer_candidates(*, task: Task) -> list[User]:
             availability=Availability.AVAILABLE,
             worker_skills__skill_id=task.skill_id,
             worker_skills__proficiency__gte=task.min_proficiency,
-            groups__name__in=[Role.WORKER, Role.SUPERVISOR],
+            groups__name=Role.WORKER,
         )
         .exclude(task_passes__task=task)
         .annotate(load=Count("held_tasks", filter=Q(held_tasks__state__in=HELD_STATES),

@@ -60,8 +60,8 @@ def access_task(*, user: User, task_id: object, action: Action = "view") -> Task
 
 def eligibility_problem(*, user: User, task: Task) -> str | None:
     """Return why the user may not take the task, or None when they may."""
-    if Role.WORKER not in user_roles(user=user) and Role.SUPERVISOR not in user_roles(user=user):
-        return "Only workers take tasks."
+    if Role.WORKER not in user_roles(user=user):
+        return "Only workers take tasks (a supervisor who also works needs the worker role)."
     proficiency = (
         WorkerSkill.objects.filter(worker=user, skill_id=task.skill_id)
         .values_list("proficiency", flat=True).first()
