@@ -161,6 +161,23 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": 10.0,
         "options": {"expires": 9},
     },
+    # The clocks: offer, work and overall timeouts; the sweeper is the guarantee.
+    "deadlines-sweep": {
+        "task": "inbox.tasks_clocks.deadlines_sweep_task",
+        "schedule": 2.0,
+        "options": {"expires": 2},
+    },
+    "heartbeats": {
+        "task": "inbox.tasks_clocks.heartbeats_task",
+        "schedule": 5.0,
+        "options": {"expires": 4},
+    },
+    # Cancels open tasks whose execution stopped, failed or vanished upstream.
+    "executions-check": {
+        "task": "inbox.tasks_clocks.executions_check_task",
+        "schedule": 30.0,
+        "options": {"expires": 25},
+    },
     # Sends callbacks that are due: retries, and any whose on-commit enqueue was lost.
     "outbox-drain": {
         "task": "inbox.tasks_callbacks.outbox_drain_task",
@@ -205,6 +222,9 @@ INBOX_STATES_ROLE_ARN = env_str(
     "INBOX_STATES_ROLE_ARN",
     "arn:aws:iam::123456789012:role/inbox-states" if INBOX_EMULATOR else None,
 )
+
+# Where people reach the site, for links in notifications.
+INBOX_BASE_URL = env_str("INBOX_BASE_URL", "http://127.0.0.1:8000").rstrip("/")
 
 # Callbacks to Step Functions: SendTask* calls per second across all workers (the quota
 # refills at 300/s in smaller regions, 500/s in the largest), and attempts before a

@@ -1,13 +1,17 @@
 """Who gets which task: take next and claim (pull queues), offers (push queues)."""
 
+import datetime
+
 from django.db import transaction
-from django.db.models import Count, Q
+from django.db.models import Count, Exists, OuterRef, Q
+from django.utils import timezone
 
 from accounts.models import Availability, Dispatch, User, WorkerSkill
 from accounts.roles import Role
 from config.errors import Conflict, NotFound
 from inbox import lifecycle
-from inbox.models import Task, TaskState
+from inbox.models import Task, TaskPass, TaskState
+from inbox.notifications import notify_after_commit
 from inbox.selectors import (
     HELD_STATES,
     access_task,
@@ -18,13 +22,15 @@ from inbox.selectors import (
 
 # Candidates skipped for separation of duties before take-next gives up on this call.
 TAKE_NEXT_SCAN = 25
+# A worker who let an offer lapse may be offered it again after this, if nobody else can.
+REOFFER_COOLDOWN = datetime.timedelta(minutes=10)
 
 
 class NothingToTake(NotFound):
     code = "queue_empty"
 
 
-def _lock_worker(worker: User) -> User:
+def lock_worker(worker: User) -> User:
     """Lock the worker's row: their own concurrent takes queue up, so capacity holds."""
     return User.objects.select_for_update().get(pk=worker.pk)
 
@@ -54,7 +60,7 @@ def task_take_next(*, worker: User, skill: str | None = None) -> Task:
         which = f" {skill}" if skill else ""
         raise NothingToTake(f"You hold no skill with a pull queue{which}.")
     with transaction.atomic():
-        worker = _lock_worker(worker)
+        worker = lock_worker(worker)
         _check_capacity(worker)
         skipped: list = []
         for _ in range(TAKE_NEXT_SCAN):
@@ -81,7 +87,7 @@ def task_claim(*, worker: User, task_id: object, expected_version: int | None = 
     if task.skill.dispatch != Dispatch.PULL:
         raise Conflict(f"Tasks of {task.skill.slug} are offered, not claimed.")
     with transaction.atomic():
-        worker = _lock_worker(worker)
+        worker = lock_worker(worker)
         _check_capacity(worker)
         return lifecycle.task_start(task=task, worker=worker, action="claim",
                                     allowed_from=[TaskState.QUEUED],
@@ -90,6 +96,7 @@ def task_claim(*, worker: User, task_id: object, expected_version: int | None = 
 
 def offer_candidates(*, task: Task) -> list[User]:
     """Return the workers the task may be offered to, least loaded first."""
+    passes = TaskPass.objects.filter(task=task, worker=OuterRef("pk"))
     workers = (
         User.objects.filter(
             is_active=True,
@@ -98,10 +105,17 @@ def offer_candidates(*, task: Task) -> list[User]:
             worker_skills__proficiency__gte=task.min_proficiency,
             groups__name=Role.WORKER,
         )
-        .exclude(task_passes__task=task)
-        .annotate(load=Count("held_tasks", filter=Q(held_tasks__state__in=HELD_STATES),
-                             distinct=True))
-        .order_by("load", "last_login", "pk")
+        # Never one who declined; one who let it lapse only after the cool-down.
+        .filter(~Exists(passes.filter(why=TaskPass.Why.DECLINED)))
+        .filter(~Exists(passes.filter(why=TaskPass.Why.LAPSED,
+                                      at__gt=timezone.now() - REOFFER_COOLDOWN)))
+        .annotate(
+            load=Count("held_tasks", filter=Q(held_tasks__state__in=HELD_STATES),
+                       distinct=True),
+            # Those who let this offer lapse come last: anyone else first.
+            lapsed=Exists(passes),
+        )
+        .order_by("lapsed", "load", "last_login", "pk")
         .distinct()
     )
     return [
@@ -117,13 +131,15 @@ def task_dispatch(*, task_id: object) -> Task | None:
         return None
     for worker in offer_candidates(task=task):
         with transaction.atomic():
-            worker = _lock_worker(worker)
+            worker = lock_worker(worker)
             if worker_load(user=worker) >= worker.capacity:
                 continue  # Filled up since the candidates were read.
             try:
-                return lifecycle.task_offer(task=task, worker=worker)
+                offered = lifecycle.task_offer(task=task, worker=worker)
             except lifecycle.IllegalTransition:
                 return None  # Someone else changed the task first; nothing to offer.
+            notify_after_commit(kind="offered", task_id=offered.pk)
+            return offered
     return None
 
 
@@ -142,7 +158,7 @@ def task_decline(*, worker: User, task_id: object, reason: str,
     task = access_task(user=worker, task_id=task_id, action="offer")
     task = lifecycle.task_decline(task=task, worker=worker, reason=reason,
                                   expected_version=expected_version)
-    _dispatch_after_commit(task)
+    dispatch_after_commit(task)
     return task
 
 
@@ -152,14 +168,15 @@ def task_release(*, worker: User, task_id: object, reason: str = "",
     task = access_task(user=worker, task_id=task_id, action="work")
     task = lifecycle.task_release(task=task, worker=worker, reason=reason,
                                   expected_version=expected_version)
-    _dispatch_after_commit(task)
+    dispatch_after_commit(task)
     return task
 
 
-def _dispatch_after_commit(task: Task) -> None:
-    from inbox.tasks_dispatch import dispatch_task
+def dispatch_after_commit(task: Task) -> None:
+    """Offer a task that went back to a push queue to the next worker, after commit."""
+    if task.skill.dispatch == Dispatch.PUSH and task.state == TaskState.QUEUED:
+        from inbox.tasks_dispatch import dispatch_task
 
-    if task.skill.dispatch == Dispatch.PUSH:
         # After commit: the offer must see the task back in its queue.
         transaction.on_commit(lambda: dispatch_task.delay(str(task.pk)))
 

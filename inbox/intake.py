@@ -29,6 +29,7 @@ from django.utils import timezone
 
 from accounts.models import Dispatch, Skill
 from config.errors import ExternalServiceError
+from inbox.deadlines import heartbeat_interval
 from inbox.lifecycle import event_append
 from inbox.models import IntakeError, Task, TaskState
 from inbox.process_failures import process_failure_record
@@ -198,6 +199,9 @@ def _task_create(*, envelope: dict[str, Any]) -> str:
                 entered_at=_entered_at(envelope["enteredAt"]),
                 # The overall clock runs from when the task entered the inbox.
                 overall_deadline=now + datetime.timedelta(seconds=timeouts["overall"]),
+                # Step Functions' heartbeat clock runs from when the stage started.
+                next_heartbeat_at=(now + heartbeat_interval(envelope["heartbeatSeconds"])
+                                   if envelope.get("heartbeatSeconds") else None),
             )
             event_append(
                 task=task, action="receive", from_state="", actor=None, system="intake",

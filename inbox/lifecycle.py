@@ -296,6 +296,7 @@ def task_callback_delivered(*, task_id: Any, outbox: Outbox) -> Task:
 
     def change(t: Task) -> None:
         t.closed_at = timezone.now()
+        t.next_heartbeat_at = None
 
     return transition(
         task_id=task_id, action="delivered", allowed_from=[task.state], to_state=to_state,
@@ -322,8 +323,7 @@ def task_expire(*, task_id: Any, reason: str, system: str = "callbacks") -> Task
     def change(t: Task) -> None:
         t.closed_at = timezone.now()
         t.reason = reason
-        t.assignee = None if t.state in (TaskState.QUEUED,) else t.assignee
-        t.offer_deadline = t.work_deadline = None
+        t.offer_deadline = t.work_deadline = t.next_heartbeat_at = None
 
     return transition(
         task_id=task_id, action="expire",
@@ -339,7 +339,7 @@ def task_cancel(*, task_id: Any, reason: str, actor: User | None = None,
     def change(t: Task) -> None:
         t.closed_at = timezone.now()
         t.reason = reason
-        t.offer_deadline = t.work_deadline = None
+        t.offer_deadline = t.work_deadline = t.next_heartbeat_at = None
 
     return transition(
         task_id=task_id, action="cancel",

@@ -69,6 +69,10 @@ class Task(models.Model):
     offer_deadline = models.DateTimeField(null=True, blank=True)
     work_deadline = models.DateTimeField(null=True, blank=True)
     overall_deadline = models.DateTimeField()
+    next_heartbeat_at = models.DateTimeField(null=True, blank=True)
+    execution_checked_at = models.DateTimeField(
+        null=True, blank=True, help_text="When the execution was last seen running."
+    )
     answer = models.JSONField(null=True, blank=True)
     reason = models.TextField(blank=True)
     closed_at = models.DateTimeField(null=True, blank=True)
@@ -83,9 +87,29 @@ class Task(models.Model):
             ),
             models.Index(fields=["assignee", "state"], name="task_by_assignee"),
             models.Index(fields=["execution_arn", "stage"], name="task_by_execution"),
+            # The sweeper's indexes: each holds only the rows whose clock is running, so
+            # finding what is due costs what is due, not what is stored.
+            # Escalated tasks run on the same column: escalating moves it to the end of
+            # the escalation clock.
             models.Index(
-                fields=["overall_deadline"], name="task_overall_due",
-                condition=models.Q(state__in=["queued", "offered", "in_progress"]),
+                fields=["overall_deadline"], name="task_overall_running",
+                condition=models.Q(state__in=["queued", "offered", "in_progress", "escalated"]),
+            ),
+            models.Index(
+                fields=["offer_deadline"], name="task_offer_due",
+                condition=models.Q(state="offered"),
+            ),
+            models.Index(
+                fields=["work_deadline"], name="task_work_due",
+                condition=models.Q(state="in_progress"),
+            ),
+            models.Index(
+                fields=["execution_checked_at"], name="task_execution_check",
+                condition=models.Q(state__in=["queued", "offered", "in_progress", "escalated"]),
+            ),
+            models.Index(
+                fields=["next_heartbeat_at"], name="task_heartbeat_due",
+                condition=models.Q(next_heartbeat_at__isnull=False),
             ),
         ]
         constraints = [

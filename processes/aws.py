@@ -373,3 +373,8 @@ def execution_history(*, execution_arn: str, max_events: int = 1000) -> list[dic
         if not page_token:
             break
     return events[:max_events]
+
+
+def task_heartbeat(*, token: str) -> None:
+    """Tell Step Functions the human stage of token is still being worked on."""
+    _call(service="stepfunctions", operation="send_task_heartbeat", taskToken=token)

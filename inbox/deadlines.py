@@ -1,0 +1,163 @@
+"""The sweeper: find tasks whose clocks ran out and apply their timeouts.
+
+Deadlines are indexed columns (partial indexes hold only running clocks), so a sweep
+costs what is due, not what is stored. Due rows are claimed with
+SELECT ... FOR UPDATE SKIP LOCKED in bounded batches, and each handler is a transition
+conditioned on the state and version seen: two sweepers at once, or one run twice,
+apply each timeout once. Celery beat runs the sweep every few seconds; it is the
+guarantee, whatever else (countdowns) may shorten the wait.
+"""
+
+import datetime
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from django.db import transaction
+from django.db.models import F, Q
+from django.utils import timezone
+
+from config.errors import Conflict, ExternalServiceError
+from inbox import lifecycle
+from inbox.models import CLOSED_STATES, Task, TaskState
+from inbox.timeouts import task_offer_lapse, task_overall_timeout, task_work_timeout
+from inbox.tokens import token_decrypt
+from processes import aws
+
+logger = logging.getLogger(__name__)
+
+BATCH = 200
+RUNNING = [TaskState.QUEUED, TaskState.OFFERED, TaskState.IN_PROGRESS, TaskState.ESCALATED]
+
+
+def _clocks(now: datetime.datetime) -> list[tuple[str, Q, str, Callable[..., Task]]]:
+    return [
+        ("offer", Q(state=TaskState.OFFERED, offer_deadline__lte=now), "offer_deadline",
+         task_offer_lapse),
+        ("work", Q(state=TaskState.IN_PROGRESS, work_deadline__lte=now), "work_deadline",
+         task_work_timeout),
+        ("overall", Q(state__in=RUNNING, overall_deadline__lte=now), "overall_deadline",
+         task_overall_timeout),
+    ]
+
+
+def deadlines_sweep(*, batch: int = BATCH, now: datetime.datetime | None = None
+                    ) -> dict[str, int]:
+    """Apply every due timeout, at most batch per clock; return how many per clock."""
+    now = now or timezone.now()
+    handled: dict[str, int] = {"failed": 0}
+    for clock, due, column, handler in _clocks(now):
+        handled[clock] = 0
+        with transaction.atomic():
+            # SKIP LOCKED: a second sweeper takes other due rows instead of waiting for these.
+            rows = list(
+                Task.objects.select_for_update(skip_locked=True).filter(due)
+                .order_by(column).values_list("pk", "version")[:batch]
+            )
+            for task_id, version in rows:
+                try:
+                    handler(task_id=task_id, version=version)
+                    handled[clock] += 1
+                except Conflict:
+                    continue  # Changed since it was read (accepted, finished): not due now.
+                except Exception:
+                    # One broken task must not hold back every other deadline; it stays due,
+                    # is retried on the next sweep, and is logged loudly each time.
+                    handled["failed"] += 1
+                    logger.exception("The %s timeout of task %s failed", clock, task_id)
+    return handled
+
+
+# Heartbeats ------------------------------------------------------------------------------
+
+
+def heartbeat_interval(seconds: int) -> datetime.timedelta:
+    """Send three heartbeats per HeartbeatSeconds, so one lost call is harmless."""
+    return datetime.timedelta(seconds=max(1, seconds // 3))
+
+
+def heartbeats_send(*, batch: int = BATCH, now: datetime.datetime | None = None
+                    ) -> dict[str, int]:
+    """Send SendTaskHeartbeat for open tasks whose stage has HeartbeatSeconds and is due."""
+    now = now or timezone.now()
+    result = {"sent": 0, "retry": 0, "expired": 0}
+    due = list(
+        Task.objects.filter(next_heartbeat_at__lte=now).exclude(state__in=CLOSED_STATES)
+        .order_by("next_heartbeat_at")
+        .values_list("pk", "next_heartbeat_at", "heartbeat_seconds")[:batch]
+    )
+    for task_id, seen, seconds in due:
+        # Claim by moving the time on, conditioned on the value read: another sender that
+        # read the same row updates nothing and skips it.
+        claimed = Task.objects.filter(pk=task_id, next_heartbeat_at=seen).update(
+            next_heartbeat_at=now + heartbeat_interval(seconds or 3)
+        )
+        if not claimed:
+            continue
+        ciphertext = Task.objects.filter(pk=task_id).values_list("token_ciphertext",
+                                                                 flat=True).first()
+        try:
+            aws.task_heartbeat(token=token_decrypt(ciphertext))
+            result["sent"] += 1
+        except ExternalServiceError as exc:
+            if exc.retryable:
+                result["retry"] += 1
+                logger.warning("Heartbeat of task %s will be retried: %s", task_id, exc.message)
+                continue
+            if exc.error_code in ("TaskTimedOut", "InvalidToken", "TaskDoesNotExist"):
+                result["expired"] += 1
+                _expire(task_id, f"Step Functions refused a heartbeat ({exc.error_code}): "
+                        "it no longer waits for this task.")
+                continue
+            raise
+    return result
+
+
+def _expire(task_id: Any, reason: str) -> None:
+    try:
+        lifecycle.task_expire(task_id=task_id, reason=reason, system="heartbeats")
+    except Conflict:
+        pass  # Closed meanwhile: nothing left to expire.
+
+
+# Executions that ended upstream ------------------------------------------------------------
+
+
+def executions_check(*, batch: int = 50, now: datetime.datetime | None = None) -> dict[str, int]:
+    """Cancel open tasks whose execution stopped, failed, timed out or no longer exists.
+
+    Checks the executions of open tasks least recently checked first, at most batch
+    executions per run (each one DescribeExecution call).
+    """
+    now = now or timezone.now()
+    result = {"checked": 0, "cancelled": 0}
+    arns: list[str] = []
+    for arn in (
+        Task.objects.filter(state__in=RUNNING)
+        .order_by(F("execution_checked_at").asc(nulls_first=True))
+        .values_list("execution_arn", flat=True)
+    ):
+        if arn not in arns:
+            arns.append(arn)
+        if len(arns) >= batch:
+            break
+    for arn in arns:
+        result["checked"] += 1
+        try:
+            status = aws.execution_describe(execution_arn=arn)["status"]
+            reason = f"The execution is {status}." if status != "RUNNING" else ""
+        except ExternalServiceError as exc:
+            if exc.error_code != "ExecutionDoesNotExist":
+                raise
+            reason = "The execution no longer exists."
+        open_tasks = Task.objects.filter(execution_arn=arn, state__in=RUNNING)
+        if not reason:
+            open_tasks.update(execution_checked_at=now)
+            continue
+        for task_id in open_tasks.values_list("pk", flat=True):
+            try:
+                lifecycle.task_cancel(task_id=task_id, reason=f"{reason} Nobody may work on it.")
+                result["cancelled"] += 1
+            except Conflict:
+                continue
+    return result
