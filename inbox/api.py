@@ -131,7 +131,7 @@ class TakeNextApi(_TaskApi):
     @extend_schema(request=InputSerializer, responses={200: TaskDetailSerializer,
                    404: ErrorSerializer, 409: ErrorSerializer}, summary="Take the next task")
     def post(self, request: Request) -> Response:
-        data = _valid(self.InputSerializer, request)
+        data = valid_input(self.InputSerializer, request)
         return self.respond(dispatch.task_take_next(worker=request.user, skill=data.get("skill")))
 
 
@@ -146,7 +146,7 @@ class TaskClaimApi(_TaskApi):
     @extend_schema(request=VersionInput, responses={200: TaskDetailSerializer,
                    404: ErrorSerializer, 409: ErrorSerializer}, summary="Claim a queued task")
     def post(self, request: Request, task_id: str) -> Response:
-        data = _valid(VersionInput, request)
+        data = valid_input(VersionInput, request)
         return self.respond(dispatch.task_claim(worker=request.user, task_id=task_id,
                                                 expected_version=data.get("version")))
 
@@ -155,7 +155,7 @@ class TaskAcceptApi(_TaskApi):
     @extend_schema(request=VersionInput, responses={200: TaskDetailSerializer,
                    404: ErrorSerializer, 409: ErrorSerializer}, summary="Accept an offer")
     def post(self, request: Request, task_id: str) -> Response:
-        data = _valid(VersionInput, request)
+        data = valid_input(VersionInput, request)
         return self.respond(dispatch.task_accept(worker=request.user, task_id=task_id,
                                                  expected_version=data.get("version")))
 
@@ -168,7 +168,7 @@ class TaskDeclineApi(_TaskApi):
     @extend_schema(request=ReasonInput, responses={200: TaskDetailSerializer,
                    404: ErrorSerializer, 409: ErrorSerializer}, summary="Decline an offer")
     def post(self, request: Request, task_id: str) -> Response:
-        data = _valid(ReasonInput, request)
+        data = valid_input(ReasonInput, request)
         return self.respond(dispatch.task_decline(worker=request.user, task_id=task_id,
                                                   reason=data["reason"],
                                                   expected_version=data.get("version")))
@@ -184,7 +184,7 @@ class TaskReleaseApi(_TaskApi):
     @extend_schema(request=InputSerializer, responses={200: TaskDetailSerializer,
                    404: ErrorSerializer, 409: ErrorSerializer}, summary="Release a held task")
     def post(self, request: Request, task_id: str) -> Response:
-        data = _valid(self.InputSerializer, request)
+        data = valid_input(self.InputSerializer, request)
         return self.respond(dispatch.task_release(worker=request.user, task_id=task_id,
                                                   reason=data.get("reason", ""),
                                                   expected_version=data.get("version")))
@@ -201,7 +201,7 @@ class TaskCompleteApi(_TaskApi):
                    400: ErrorSerializer, 404: ErrorSerializer, 409: ErrorSerializer},
                    summary="Complete a held task with an answer")
     def post(self, request: Request, task_id: str) -> Response:
-        data = _valid(self.InputSerializer, request)
+        data = valid_input(self.InputSerializer, request)
         return self.respond(services.task_complete(worker=request.user, task_id=task_id,
                                                    answer=data["answer"],
                                                    expected_version=data.get("version")))
@@ -211,13 +211,13 @@ class TaskRejectApi(_TaskApi):
     @extend_schema(request=ReasonInput, responses={200: TaskDetailSerializer,
                    404: ErrorSerializer, 409: ErrorSerializer}, summary="Reject a held task")
     def post(self, request: Request, task_id: str) -> Response:
-        data = _valid(ReasonInput, request)
+        data = valid_input(ReasonInput, request)
         return self.respond(services.task_reject(worker=request.user, task_id=task_id,
                                                  reason=data["reason"],
                                                  expected_version=data.get("version")))
 
 
-def _valid(serializer_class: type[serializers.Serializer], request: Request) -> dict[str, Any]:
+def valid_input(serializer_class: type[serializers.Serializer], request: Request) -> dict[str, Any]:
     serializer = serializer_class(data=request.data)
     serializer.is_valid(raise_exception=True)
     return dict(serializer.validated_data)

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from inbox import api
+from inbox import api, api_supervisor
 
 urlpatterns = [
     path("queues/", api.QueueListApi.as_view(), name="api-queues"),
@@ -14,4 +14,18 @@ urlpatterns = [
     path("tasks/<uuid:task_id>/complete/", api.TaskCompleteApi.as_view(),
          name="api-task-complete"),
     path("tasks/<uuid:task_id>/reject/", api.TaskRejectApi.as_view(), name="api-task-reject"),
+]
+
+urlpatterns += [
+    path("supervisor/tasks/", api_supervisor.SupervisedListApi.as_view(),
+         name="api-supervised"),
+    path("supervisor/tasks/bulk/", api_supervisor.BulkApi.as_view(), name="api-bulk"),
+    path("supervisor/tasks/<uuid:task_id>/reassign/", api_supervisor.ReassignApi.as_view(),
+         name="api-reassign"),
+    path("supervisor/tasks/<uuid:task_id>/return/", api_supervisor.ReturnApi.as_view(),
+         name="api-return"),
+    path("supervisor/tasks/<uuid:task_id>/extend/", api_supervisor.ExtendApi.as_view(),
+         name="api-extend"),
+    path("supervisor/tasks/<uuid:task_id>/abort/", api_supervisor.AbortApi.as_view(),
+         name="api-abort"),
 ]

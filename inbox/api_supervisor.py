@@ -1,0 +1,160 @@
+"""REST API for supervisors: escalated and overdue tasks, and the actions on them."""
+
+from typing import Any
+
+from drf_spectacular.utils import extend_schema
+from rest_framework import serializers
+from rest_framework.permissions import BasePermission, IsAuthenticated
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from accounts.models import User
+from accounts.roles import Role
+from accounts.selectors import user_roles
+from config.errors import NotFound
+from inbox import supervision
+from inbox.api import ErrorSerializer, TaskDetailSerializer, TaskSerializer, valid_input
+from inbox.selectors import access_task
+
+BULK_MAX = 500
+
+
+class IsSupervisor(BasePermission):
+    message = "Only supervisors and admins manage tasks."
+
+    def has_permission(self, request: Request, view: APIView) -> bool:
+        return bool({Role.SUPERVISOR, Role.ADMIN} & user_roles(user=request.user))
+
+
+class _SupervisorApi(APIView):
+    permission_classes = [IsAuthenticated, IsSupervisor]
+
+    def respond(self, task: Any) -> Response:
+        task = access_task(user=self.request.user, task_id=task.pk)
+        return Response(TaskDetailSerializer(task).data)
+
+
+class SupervisedListApi(_SupervisorApi):
+    class FilterSerializer(serializers.Serializer):
+        escalated = serializers.BooleanField(required=False, default=False)
+        overdue = serializers.BooleanField(required=False, default=False)
+
+        class Meta:
+            ref_name = "SupervisedFilter"
+
+    @extend_schema(parameters=[FilterSerializer], responses=TaskSerializer(many=True),
+                   summary="Open tasks of my skills (escalated or overdue ones if asked)")
+    def get(self, request: Request) -> Response:
+        filters = self.FilterSerializer(data=request.query_params)
+        filters.is_valid(raise_exception=True)
+        tasks = supervision.supervised_tasks(supervisor=request.user, **filters.validated_data)
+        return Response(TaskSerializer(tasks[:500], many=True).data)
+
+
+class ActionInput(serializers.Serializer):
+    reason = serializers.CharField(max_length=2000)
+    version = serializers.IntegerField(required=False, min_value=1)
+
+
+class ReassignInput(ActionInput):
+    worker = serializers.EmailField(help_text="The worker who gets the task.")
+
+
+class ExtendInput(ActionInput):
+    clock = serializers.ChoiceField(choices=supervision.CLOCKS)
+    seconds = serializers.IntegerField(min_value=1)
+
+
+def _worker(email: str) -> User:
+    worker = User.objects.filter(email__iexact=email, is_active=True).first()
+    if worker is None:
+        raise NotFound(f"No active user {email}.")
+    return worker
+
+
+class ReassignApi(_SupervisorApi):
+    @extend_schema(request=ReassignInput, responses={200: TaskDetailSerializer,
+                   404: ErrorSerializer, 409: ErrorSerializer}, summary="Reassign a task")
+    def post(self, request: Request, task_id: str) -> Response:
+        data = valid_input(ReassignInput, request)
+        return self.respond(supervision.task_reassign(
+            supervisor=request.user, task_id=task_id, worker=_worker(data["worker"]),
+            reason=data["reason"], expected_version=data.get("version")))
+
+
+class ReturnApi(_SupervisorApi):
+    @extend_schema(request=ActionInput, responses={200: TaskDetailSerializer,
+                   404: ErrorSerializer, 409: ErrorSerializer}, summary="Return to the queue")
+    def post(self, request: Request, task_id: str) -> Response:
+        data = valid_input(ActionInput, request)
+        return self.respond(supervision.task_return(
+            supervisor=request.user, task_id=task_id, reason=data["reason"],
+            expected_version=data.get("version")))
+
+
+class ExtendApi(_SupervisorApi):
+    @extend_schema(request=ExtendInput, responses={200: TaskDetailSerializer,
+                   404: ErrorSerializer, 409: ErrorSerializer}, summary="Extend a clock")
+    def post(self, request: Request, task_id: str) -> Response:
+        data = valid_input(ExtendInput, request)
+        return self.respond(supervision.task_extend(
+            supervisor=request.user, task_id=task_id, clock=data["clock"],
+            seconds=data["seconds"], reason=data["reason"],
+            expected_version=data.get("version")))
+
+
+class AbortApi(_SupervisorApi):
+    @extend_schema(request=ActionInput, responses={200: TaskDetailSerializer,
+                   404: ErrorSerializer, 409: ErrorSerializer},
+                   summary="Abort (Step Functions hears HumanTask.TimedOut)")
+    def post(self, request: Request, task_id: str) -> Response:
+        data = valid_input(ActionInput, request)
+        return self.respond(supervision.task_abort_by(
+            supervisor=request.user, task_id=task_id, reason=data["reason"],
+            expected_version=data.get("version")))
+
+
+class BulkApi(_SupervisorApi):
+    class InputSerializer(serializers.Serializer):
+        action = serializers.ChoiceField(choices=["reassign", "return", "extend", "abort"])
+        task_ids = serializers.ListField(child=serializers.UUIDField(), min_length=1,
+                                         max_length=BULK_MAX)
+        reason = serializers.CharField(max_length=2000)
+        worker = serializers.EmailField(required=False)
+        clock = serializers.ChoiceField(choices=supervision.CLOCKS, required=False)
+        seconds = serializers.IntegerField(min_value=1, required=False)
+
+        class Meta:
+            ref_name = "BulkInput"
+
+        def validate(self, data: dict[str, Any]) -> dict[str, Any]:
+            needs = {"reassign": ["worker"], "extend": ["clock", "seconds"]}
+            missing = [f for f in needs.get(data["action"], []) if f not in data]
+            if missing:
+                raise serializers.ValidationError(
+                    {f: f"required for {data['action']}" for f in missing})
+            return data
+
+    class OutputSerializer(serializers.Serializer):
+        outcomes = serializers.DictField(child=serializers.CharField(),
+                                         help_text="Each task id: ok, or why not.")
+
+        class Meta:
+            ref_name = "BulkOutput"
+
+    @extend_schema(request=InputSerializer, responses=OutputSerializer,
+                   summary="Apply one action to many tasks (each on its own)")
+    def post(self, request: Request) -> Response:
+        data = valid_input(self.InputSerializer, request)
+        action = data["action"]
+        arguments: dict[str, Any] = {"reason": data["reason"]}
+        if action == "reassign":
+            arguments["worker"] = _worker(data["worker"])
+        if action == "extend":
+            arguments.update(clock=data["clock"], seconds=data["seconds"])
+        function = {"reassign": supervision.task_reassign, "return": supervision.task_return,
+                    "extend": supervision.task_extend, "abort": supervision.task_abort_by}
+        outcomes = supervision.tasks_bulk(supervisor=request.user, task_ids=data["task_ids"],
+                                          action=function[action], **arguments)
+        return Response({"outcomes": outcomes})
