@@ -3,6 +3,7 @@
 import json
 import time
 import uuid
+from collections.abc import Callable
 
 from django.conf import settings
 
@@ -32,8 +33,11 @@ def execution_wait(
         time.sleep(0.05)
 
 
-def task_message_wait(*, execution_arn: str, stage: str | None = None, timeout: float = 20) -> dict:
+def task_message_wait(*, execution_arn: str | None = None, stage: str | None = None,
+                      match: Callable[[dict], bool] | None = None, timeout: float = 20) -> dict:
     """Receive and delete the intake message of an execution's human stage; return its body.
+
+    Without execution_arn, match picks the message (a child execution's ARN is not known).
 
     The intake queue is shared by the whole session, so other tests' messages are left
     alone: they come back after a one-second visibility timeout.
@@ -43,9 +47,14 @@ def task_message_wait(*, execution_arn: str, stage: str | None = None, timeout: 
     while time.monotonic() < deadline:
         for message in aws.messages_receive(url=queue, wait_seconds=1, visibility_timeout=1):
             body = json.loads(message["Body"])
-            if body.get("execution") == execution_arn and stage in (None, body.get("stage")):
+            wanted = (
+                execution_arn in (None, body.get("execution"))
+                and stage in (None, body.get("stage"))
+                and (match is None or match(body))
+            )
+            if wanted:
                 aws.message_delete(url=queue, receipt_handle=message["ReceiptHandle"])
                 return body
     raise AssertionError(
-        f"no intake message of {execution_arn} (stage {stage}) within {timeout} s"
+        f"no intake message of {execution_arn or 'the match'} (stage {stage}) within {timeout} s"
     )
