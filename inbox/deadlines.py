@@ -30,7 +30,8 @@ BATCH = 200
 RUNNING = [TaskState.QUEUED, TaskState.OFFERED, TaskState.IN_PROGRESS, TaskState.ESCALATED]
 
 
-def _clocks(now: datetime.datetime) -> list[tuple[str, Q, str, Callable[..., Task]]]:
+def clock_queries(now: datetime.datetime) -> list[tuple[str, Q, str, Callable[..., Task]]]:
+    """Return, per clock: its name, the due filter, the deadline column and the handler."""
     return [
         ("offer", Q(state=TaskState.OFFERED, offer_deadline__lte=now), "offer_deadline",
          task_offer_lapse),
@@ -46,7 +47,7 @@ def deadlines_sweep(*, batch: int = BATCH, now: datetime.datetime | None = None
     """Apply every due timeout, at most batch per clock; return how many per clock."""
     now = now or timezone.now()
     handled: dict[str, int] = {"failed": 0}
-    for clock, due, column, handler in _clocks(now):
+    for clock, due, column, handler in clock_queries(now):
         handled[clock] = 0
         with transaction.atomic():
             # SKIP LOCKED: a second sweeper takes other due rows instead of waiting for these.
