@@ -28,16 +28,19 @@ def execution_wait(
             return described
         if time.monotonic() > deadline:
             raise AssertionError(
-                f"execution still {described['status']} after {timeout} s, wanted {statuses}"
+                f"execution still {described['status']} after {timeout} s, wanted "
+                f"{sorted(statuses)}; error={described.get('error')!r}"
             )
         time.sleep(0.05)
 
 
 def task_message_wait(*, execution_arn: str | None = None, stage: str | None = None,
-                      match: Callable[[dict], bool] | None = None, timeout: float = 20) -> dict:
+                      match: Callable[[dict], bool] | None = None,
+                      parent_arn: str | None = None, timeout: float = 20) -> dict:
     """Receive and delete the intake message of an execution's human stage; return its body.
 
     Without execution_arn, match picks the message (a child execution's ARN is not known).
+    With parent_arn, fail at once if that (parent) execution ends before the message comes.
 
     The intake queue is shared by the whole session, so other tests' messages are left
     alone: they come back after a one-second visibility timeout.
@@ -45,6 +48,13 @@ def task_message_wait(*, execution_arn: str | None = None, stage: str | None = N
     queue = aws.queue_url(name=settings.INBOX_INTAKE_QUEUE)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
+        if parent_arn is not None:
+            parent = aws.execution_describe(execution_arn=parent_arn)
+            if parent["status"] != "RUNNING":
+                raise AssertionError(
+                    f"the parent ended {parent['status']} ({parent.get('error')}) before its "
+                    "child's human stage sent a message"
+                )
         for message in aws.messages_receive(url=queue, wait_seconds=1, visibility_timeout=1):
             body = json.loads(message["Body"])
             wanted = (

@@ -1,9 +1,7 @@
-import threading
-
 import pytest
 from django.contrib.auth.models import Group
 from django.core import mail
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError, transaction
 
 from accounts.models import Availability, User, WorkerSkill
 from accounts.roles import Role, roles_sync
@@ -17,6 +15,7 @@ from accounts.services import (
     worker_skill_set,
 )
 from config.errors import InboxError
+from tests.concurrency import race
 
 
 @pytest.fixture
@@ -147,22 +146,10 @@ def test_admin_invites_a_user_by_email(client, make_user):
 def test_concurrent_grants_of_one_skill_leave_one_row(make_user, review):
     """Eight threads grant the same skill at once; exactly one row remains, no errors."""
     ana = make_user()
-    errors: list[Exception] = []
-    barrier = threading.Barrier(8)
 
     def grant(level: int) -> None:
-        try:
-            barrier.wait()
-            worker_skill_set(worker=ana, skill=review, proficiency=level)
-        except Exception as exc:  # collected and asserted below
-            errors.append(exc)
-        finally:
-            connection.close()
+        worker_skill_set(worker=ana, skill=review, proficiency=level)
 
-    threads = [threading.Thread(target=grant, args=(1 + i % 5,)) for i in range(8)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    _, errors = race(grant, [1 + i % 5 for i in range(8)])
     assert errors == []
     assert WorkerSkill.objects.filter(worker=ana, skill=review).count() == 1

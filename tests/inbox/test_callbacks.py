@@ -23,7 +23,6 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError, ReadTimeoutError
 from django.conf import settings
-from django.db import connection
 from django.utils import timezone
 
 from accounts.models import User
@@ -46,6 +45,7 @@ from inbox.ratelimit import rate_take
 from processes import aws
 from processes.compiler import Target, compile_spec
 from processes.spec import spec_load
+from tests.concurrency import race
 from tests.sfn import execution_wait, task_message_wait, unique
 
 SPECS = Path(__file__).resolve().parents[2] / "processes" / "specs"
@@ -303,22 +303,10 @@ def test_of_eight_racing_senders_exactly_one_calls_step_functions(
     monkeypatch.setattr(callback_send_task, "delay", lambda *args, **kwargs: None)
     review = _review(invoice_machine)
     outbox = _complete(review, reviewer)
-    start = threading.Barrier(8)
-    results: list[str] = []
 
-    def sender() -> None:
-        try:
-            start.wait()
-            results.append(callback_send(outbox_id=outbox.pk))
-        finally:
-            connection.close()
+    results, errors = race(lambda _: callback_send(outbox_id=outbox.pk), range(8))
 
-    threads = [threading.Thread(target=sender) for _ in range(8)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-
+    assert errors == []
     assert Counter(results) == {SendResult.SENT: 1, SendResult.SKIPPED: 7}
     assert spy.calls == ["send_task_success"]
     assert execution_wait(execution_arn=review.execution)["status"] == "SUCCEEDED"

@@ -1,38 +1,12 @@
-import threading
 from collections import Counter
 
 import pytest
-from django.db import connection
 
 from inbox import dispatch
 from inbox.models import Task, TaskEvent, TaskState
+from tests.concurrency import race
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
-
-
-def _race(workers, action) -> tuple[list, list]:
-    results, errors = [], []
-    lock = threading.Lock()
-    barrier = threading.Barrier(len(workers))
-
-    def run(worker):
-        try:
-            barrier.wait()
-            mine = action(worker)
-            with lock:
-                results.extend(mine)
-        except Exception as exc:  # collected and asserted by the caller
-            with lock:
-                errors.append(exc)
-        finally:
-            connection.close()
-
-    threads = [threading.Thread(target=run, args=(w,)) for w in workers]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    return results, errors
 
 
 def test_sixteen_takers_take_two_hundred_tasks_each_exactly_once(make_task, make_worker):
@@ -52,7 +26,8 @@ def test_sixteen_takers_take_two_hundred_tasks_each_exactly_once(make_task, make
             except dispatch.NothingToTake:
                 return taken
 
-    taken, errors = _race(takers, take_until_empty)
+    taken_by_each, errors = race(take_until_empty, takers)
+    taken = [pk for mine in taken_by_each for pk in mine]
     assert errors == []
     assert len(taken) == 200 and len(set(taken)) == 200
     assert Task.objects.filter(state=TaskState.IN_PROGRESS).count() == 200
@@ -66,9 +41,9 @@ def test_two_workers_claiming_one_task_exactly_one_wins(make_task, make_worker):
     racers = [make_worker({"invoice-review": 3}) for _ in range(8)]
 
     def claim(worker):
-        return [dispatch.task_claim(worker=worker, task_id=task.pk).assignee_id]
+        return dispatch.task_claim(worker=worker, task_id=task.pk).assignee_id
 
-    winners, errors = _race(racers, claim)
+    winners, errors = race(claim, racers)
     assert len(winners) == 1
     assert len(errors) == 7
     assert all("Cannot claim a task that is in progress" in str(e) for e in errors)

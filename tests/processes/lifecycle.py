@@ -1,15 +1,15 @@
 """Small specs and helpers shared by the version, start, reconcile and API tests."""
 
 import time
-import uuid
 from collections.abc import Callable
 
 from processes.models import Execution
+from tests.sfn import unique
 
 
 def unique_name(prefix: str = "t") -> str:
     """Return a process name no other test uses: the emulator lives for the whole session."""
-    return f"{prefix}-{uuid.uuid4().hex[:12]}"
+    return unique(prefix)
 
 
 def succeed_spec(*, name: str, version: int = 1, description: str = "Ends at once.") -> str:

@@ -2,7 +2,6 @@
 
 import json
 import socket
-import time
 import urllib.request
 import uuid
 
@@ -14,26 +13,9 @@ from django.test import override_settings
 
 from config.errors import ExternalServiceError
 from processes import aws
+from tests.sfn import execution_wait, task_message_wait, unique
 
 ROLE_ARN = "arn:aws:iam::123456789012:role/inbox-states"
-
-
-def _unique(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:12]}"
-
-
-def _execution_wait(*, execution_arn: str, statuses: set[str], timeout: float = 30) -> dict:
-    """Poll DescribeExecution until the status is one of statuses, for at most timeout s."""
-    deadline = time.monotonic() + timeout
-    while True:
-        described = aws.execution_describe(execution_arn=execution_arn)
-        if described["status"] in statuses:
-            return described
-        if time.monotonic() > deadline:
-            raise AssertionError(
-                f"execution still {described['status']} after {timeout} s, wanted {statuses}"
-            )
-        time.sleep(0.05)
 
 
 def _emulator_config() -> dict:
@@ -103,15 +85,13 @@ def test_intake_queues_ensure_is_idempotent_and_applies_changed_settings(emulato
 def test_pass_state_machine_runs_to_succeeded(emulator):
     """A Pass state then Succeed, created through processes.aws, really runs."""
     arn = aws.state_machine_create_or_update(
-        name=_unique("pass"), definition=_pass_machine({"answer": 42}), role_arn=ROLE_ARN
+        name=unique("pass"), definition=_pass_machine({"answer": 42}), role_arn=ROLE_ARN
     )
     execution_arn = aws.execution_start(
-        state_machine_arn=arn, name=_unique("run"), input={"question": "?"}
+        state_machine_arn=arn, name=unique("run"), input={"question": "?"}
     )
 
-    described = _execution_wait(
-        execution_arn=execution_arn, statuses={"SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED"}
-    )
+    described = execution_wait(execution_arn=execution_arn)
 
     assert described["status"] == "SUCCEEDED"
     assert json.loads(described["output"]) == {"answer": 42}
@@ -124,18 +104,16 @@ def test_state_machine_create_or_update_replaces_the_definition(emulator):
     moto's CreateStateMachine returns an existing machine unchanged (AWS refuses a
     different definition), so this also proves the update path is taken.
     """
-    name = _unique("redeploy")
+    name = unique("redeploy")
     first = aws.state_machine_create_or_update(
         name=name, definition=_pass_machine({"version": 1}), role_arn=ROLE_ARN
     )
     second = aws.state_machine_create_or_update(
         name=name, definition=_pass_machine({"version": 2}), role_arn=ROLE_ARN
     )
-    execution_arn = aws.execution_start(state_machine_arn=second, name=_unique("run"), input={})
+    execution_arn = aws.execution_start(state_machine_arn=second, name=unique("run"), input={})
 
-    described = _execution_wait(
-        execution_arn=execution_arn, statuses={"SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED"}
-    )
+    described = execution_wait(execution_arn=execution_arn)
 
     assert second == first
     assert json.loads(described["output"]) == {"version": 2}
@@ -171,20 +149,12 @@ def test_wait_for_task_token_puts_a_message_on_the_intake_queue(emulator):
         },
     }
     arn = aws.state_machine_create_or_update(
-        name=_unique("ask"), definition=definition, role_arn=ROLE_ARN
+        name=unique("ask"), definition=definition, role_arn=ROLE_ARN
     )
-    execution_arn = aws.execution_start(state_machine_arn=arn, name=_unique("run"), input={})
+    execution_arn = aws.execution_start(state_machine_arn=arn, name=unique("run"), input={})
 
-    found = None
-    deadline = time.monotonic() + 20
-    while found is None and time.monotonic() < deadline:
-        for message in aws.messages_receive(url=queue, wait_seconds=1, visibility_timeout=1):
-            body = json.loads(message["Body"])
-            if body.get("marker") == marker:
-                found = body
-                aws.message_delete(url=queue, receipt_handle=message["ReceiptHandle"])
+    found = task_message_wait(match=lambda body: body.get("marker") == marker, timeout=20)
 
-    assert found is not None, "no message from the execution reached the intake queue"
     assert found["execution"] == execution_arn
     # Compared by shape only: a token is never printed, not even in a failing test.
     assert isinstance(found["taskToken"], str)

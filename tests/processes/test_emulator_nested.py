@@ -8,8 +8,6 @@ import datetime
 import importlib
 import json
 import socket
-import time
-import uuid
 
 import pytest
 from django.conf import settings
@@ -17,41 +15,21 @@ from moto.moto_api._internal.models import MotoAPIBackend
 
 from processes import aws
 from processes.emulator import EmulatorError, _nested_execution_shim, serve
+from tests.sfn import execution_wait, task_message_wait, unique
 
 ROLE_ARN = "arn:aws:iam::123456789012:role/inbox-states"
 SYNC2 = "arn:aws:states:::states:startExecution.sync:2"
 SYNC = "arn:aws:states:::states:startExecution.sync"
-ENDED = frozenset({"SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED"})
 SFN_TASK_MODULE = (
     "moto.stepfunctions.parser.asl.component.state.exec.state_task.service."
     "state_task_service_sfn"
 )
 
 
-def _unique(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:12]}"
-
-
 def _deploy(prefix: str, definition: dict) -> str:
     return aws.state_machine_create_or_update(
-        name=_unique(prefix), definition=definition, role_arn=ROLE_ARN
+        name=unique(prefix), definition=definition, role_arn=ROLE_ARN
     )
-
-
-def _execution_wait(*, execution_arn: str, statuses: frozenset[str] = ENDED,
-                    timeout: float = 30) -> dict:
-    """Poll DescribeExecution until the status is one of statuses, for at most timeout s."""
-    deadline = time.monotonic() + timeout
-    while True:
-        described = aws.execution_describe(execution_arn=execution_arn)
-        if described["status"] in statuses:
-            return described
-        if time.monotonic() > deadline:
-            raise AssertionError(
-                f"execution still {described['status']} after {timeout} s, wanted "
-                f"{sorted(statuses)}; error={described.get('error')!r}"
-            )
-        time.sleep(0.1)
 
 
 def _execution_arn(*, state_machine_arn: str, name: str) -> str:
@@ -130,32 +108,6 @@ def _human_child() -> dict:
     }
 
 
-def _task_message_wait(*, execution_arn: str, parent_arn: str, timeout: float = 20) -> dict:
-    """Receive and delete the intake message of execution_arn's human stage; return its body.
-
-    Fail at once if the parent execution parent_arn ends first. The intake queue is shared
-    by the whole session, so other tests' messages are left alone: they come back after a
-    one-second visibility timeout.
-    """
-    queue = aws.queue_url(name=settings.INBOX_INTAKE_QUEUE)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        parent = aws.execution_describe(execution_arn=parent_arn)
-        if parent["status"] != "RUNNING":
-            raise AssertionError(
-                f"the parent ended {parent['status']} ({parent.get('error')}) before its "
-                "child's human stage sent a message"
-            )
-        for message in aws.messages_receive(url=queue, wait_seconds=1, visibility_timeout=1):
-            body = json.loads(message["Body"])
-            if body.get("execution") == execution_arn:
-                aws.message_delete(url=queue, receipt_handle=message["ReceiptHandle"])
-                return body
-    raise AssertionError(
-        f"no intake message from the child execution {execution_arn} within {timeout} s"
-    )
-
-
 def _is_iso_datetime(value: object) -> bool:
     if not isinstance(value, str):
         return False
@@ -172,10 +124,10 @@ def test_parent_gets_the_child_output_as_json_with_sync2(emulator):
     child = _deploy("child", _pass_child())
     parent = _deploy("parent", _parent(child_arn=child))
     parent_execution = aws.execution_start(
-        state_machine_arn=parent, name=_unique("run"), input={"x": 7}
+        state_machine_arn=parent, name=unique("run"), input={"x": 7}
     )
 
-    described = _execution_wait(execution_arn=parent_execution)
+    described = execution_wait(execution_arn=parent_execution)
 
     assert described["status"] == "SUCCEEDED", described.get("error")
     output = json.loads(described["output"])
@@ -205,10 +157,10 @@ def test_sync_returns_the_child_output_as_a_json_string(emulator):
     child = _deploy("child", _pass_child())
     parent = _deploy("parent", _parent(child_arn=child, resource=SYNC))
     parent_execution = aws.execution_start(
-        state_machine_arn=parent, name=_unique("run"), input={"x": 1}
+        state_machine_arn=parent, name=unique("run"), input={"x": 1}
     )
 
-    described = _execution_wait(execution_arn=parent_execution)
+    described = execution_wait(execution_arn=parent_execution)
 
     assert described["status"] == "SUCCEEDED", described.get("error")
     result = json.loads(described["output"])["child"]
@@ -223,11 +175,11 @@ def test_unnamed_children_of_two_parent_runs_get_distinct_executions(emulator):
     child = _deploy("child", _pass_child())
     parent = _deploy("parent", _parent(child_arn=child))
     runs = [
-        aws.execution_start(state_machine_arn=parent, name=_unique("run"), input={"x": 1})
+        aws.execution_start(state_machine_arn=parent, name=unique("run"), input={"x": 1})
         for _ in range(2)
     ]
 
-    described = [_execution_wait(execution_arn=run) for run in runs]
+    described = [execution_wait(execution_arn=run) for run in runs]
 
     assert [d["status"] for d in described] == ["SUCCEEDED", "SUCCEEDED"], [
         d.get("error") for d in described
@@ -242,17 +194,17 @@ def test_parent_waits_for_a_child_human_stage_and_gets_the_answer(emulator):
     """The parent stays RUNNING until a worker answers the child's task, then SUCCEEDS."""
     child = _deploy("child", _human_child())
     parent = _deploy("parent", _parent(child_arn=child, named=True))
-    child_name = _unique("child-run")
+    child_name = unique("child-run")
     child_execution = _execution_arn(state_machine_arn=child, name=child_name)
     parent_execution = aws.execution_start(
-        state_machine_arn=parent, name=_unique("run"), input={"x": 3, "child_name": child_name}
+        state_machine_arn=parent, name=unique("run"), input={"x": 3, "child_name": child_name}
     )
 
-    body = _task_message_wait(execution_arn=child_execution, parent_arn=parent_execution)
+    body = task_message_wait(execution_arn=child_execution, parent_arn=parent_execution)
     assert aws.execution_describe(execution_arn=parent_execution)["status"] == "RUNNING"
     assert aws.execution_describe(execution_arn=child_execution)["status"] == "RUNNING"
     aws.task_success(token=body["taskToken"], output={"decision": "approve"})
-    described = _execution_wait(execution_arn=parent_execution)
+    described = execution_wait(execution_arn=parent_execution)
 
     assert described["status"] == "SUCCEEDED", described.get("error")
     result = json.loads(described["output"])["child"]
@@ -274,10 +226,10 @@ def test_failed_child_fails_the_parent(emulator):
     )
     parent = _deploy("parent", _parent(child_arn=child))
     parent_execution = aws.execution_start(
-        state_machine_arn=parent, name=_unique("run"), input={"x": 1}
+        state_machine_arn=parent, name=unique("run"), input={"x": 1}
     )
 
-    described = _execution_wait(execution_arn=parent_execution)
+    described = execution_wait(execution_arn=parent_execution)
 
     assert described["status"] == "FAILED"
     assert described["error"] == "States.TaskFailed"
@@ -293,17 +245,17 @@ def test_parent_catches_a_child_whose_task_a_worker_rejected(emulator):
     """SendTaskFailure fails the child; the parent's Catch on States.TaskFailed takes over."""
     child = _deploy("child", _human_child())
     parent = _deploy("parent", _parent(child_arn=child, named=True, catch=True))
-    child_name = _unique("child-run")
+    child_name = unique("child-run")
     child_execution = _execution_arn(state_machine_arn=child, name=child_name)
     parent_execution = aws.execution_start(
-        state_machine_arn=parent, name=_unique("run"), input={"x": 5, "child_name": child_name}
+        state_machine_arn=parent, name=unique("run"), input={"x": 5, "child_name": child_name}
     )
 
-    body = _task_message_wait(execution_arn=child_execution, parent_arn=parent_execution)
+    body = task_message_wait(execution_arn=child_execution, parent_arn=parent_execution)
     aws.task_failure(
         token=body["taskToken"], error="HumanTask.Rejected", cause="the invoice is a duplicate"
     )
-    described = _execution_wait(execution_arn=parent_execution)
+    described = execution_wait(execution_arn=parent_execution)
 
     assert described["status"] == "SUCCEEDED", described.get("error")
     assert aws.execution_describe(execution_arn=child_execution)["status"] == "FAILED"

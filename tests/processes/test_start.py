@@ -1,17 +1,16 @@
 """Starting executions: the business key makes the name, so starting twice starts once."""
 
 import re
-import threading
 from io import StringIO
 
 import pytest
 from django.core.management import CommandError, call_command
-from django.db import connection
 
 from config.errors import Conflict, ExternalServiceError, InboxError, NotFound
 from processes import aws
 from processes.models import Execution, ExecutionStatus
 from processes.services import execution_name_for, process_deploy, process_start
+from tests.concurrency import race
 from tests.processes.lifecycle import succeed_spec, unique_name, wait_for, wait_spec
 
 pytestmark = pytest.mark.django_db
@@ -249,25 +248,12 @@ def test_racing_starts_with_the_same_key_start_once(emulator):
     """Five threads start the same key at once: one row, one AWS execution, one creator."""
     name = unique_name()
     version, _ = process_deploy(text=wait_spec(name=name), source="a.yaml")
-    results: list[tuple[int, bool]] = []
-    errors: list[Exception] = []
-    barrier = threading.Barrier(5)
 
-    def start() -> None:
-        try:
-            barrier.wait()
-            execution, created = process_start(name=name, input={"a": 1}, business_key="RACE")
-            results.append((execution.pk, created))
-        except Exception as exc:  # reported below
-            errors.append(exc)
-        finally:
-            connection.close()
+    def start(_: int) -> tuple[int, bool]:
+        execution, created = process_start(name=name, input={"a": 1}, business_key="RACE")
+        return execution.pk, created
 
-    threads = [threading.Thread(target=start) for _ in range(5)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    results, errors = race(start, range(5))
 
     assert errors == []
     assert len({pk for pk, _ in results}) == 1

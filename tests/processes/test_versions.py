@@ -3,13 +3,11 @@
 import hashlib
 import subprocess
 import sys
-import threading
 from io import StringIO
 from pathlib import Path
 
 import pytest
 from django.core.management import CommandError, call_command
-from django.db import connection
 
 from config.errors import Conflict
 from processes import aws
@@ -22,6 +20,7 @@ from processes.services import (
     target_current,
 )
 from processes.spec import SpecError
+from tests.concurrency import race
 from tests.processes.lifecycle import (
     parent_spec,
     status_of,
@@ -225,24 +224,11 @@ def test_v1_execution_keeps_running_on_v1_after_v2_is_deployed(emulator):
 def test_racing_deploys_of_the_same_version_create_one_row(emulator):
     """Four threads deploy the same new spec at once: one creates it, the others see it."""
     text = succeed_spec(name=unique_name())
-    results: list[bool] = []
-    errors: list[Exception] = []
-    barrier = threading.Barrier(4)
 
-    def deploy() -> None:
-        try:
-            barrier.wait()
-            results.append(process_deploy(text=text, source="race.yaml")[1])
-        except Exception as exc:  # reported below
-            errors.append(exc)
-        finally:
-            connection.close()
+    def deploy(_: int) -> bool:
+        return process_deploy(text=text, source="race.yaml")[1]
 
-    threads = [threading.Thread(target=deploy) for _ in range(4)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    results, errors = race(deploy, range(4))
 
     assert errors == []
     assert sorted(results) == [False, False, False, True]
