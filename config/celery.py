@@ -15,6 +15,6 @@ app.autodiscover_tasks()
 def _ensure_broker_folders(sender: Celery, **kwargs: object) -> None:
     """Create the filesystem broker's folders; kombu fails on missing ones."""
     options = sender.conf.broker_transport_options or {}
-    for key in ("data_folder_in", "data_folder_out", "processed_folder"):
+    for key in ("data_folder_in", "data_folder_out", "processed_folder", "control_folder"):
         if options.get(key):
             os.makedirs(options[key], exist_ok=True)

@@ -9,6 +9,7 @@ guarantee, whatever else (countdowns) may shorten the wait.
 """
 
 import datetime
+import functools
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -37,8 +38,9 @@ def clock_queries(now: datetime.datetime) -> list[tuple[str, Q, str, Callable[..
          task_offer_lapse),
         ("work", Q(state=TaskState.IN_PROGRESS, work_deadline__lte=now), "work_deadline",
          task_work_timeout),
+        # The escalation clock starts at this sweep's now, not at whatever time it is then.
         ("overall", Q(state__in=RUNNING, overall_deadline__lte=now), "overall_deadline",
-         task_overall_timeout),
+         functools.partial(task_overall_timeout, now=now)),
     ]
 
 
@@ -131,12 +133,14 @@ def executions_check(*, batch: int = 50, now: datetime.datetime | None = None) -
     executions per run (each one DescribeExecution call).
     """
     now = now or timezone.now()
-    result = {"checked": 0, "cancelled": 0}
+    result = {"checked": 0, "cancelled": 0, "failed": 0}
     arns: list[str] = []
+    # Streamed, and left as soon as batch executions are found: tasks of one execution
+    # share it, so a few rows more than batch are read, never the whole table.
     for arn in (
         Task.objects.filter(state__in=RUNNING)
         .order_by(F("execution_checked_at").asc(nulls_first=True))
-        .values_list("execution_arn", flat=True)
+        .values_list("execution_arn", flat=True).iterator(chunk_size=batch * 2)
     ):
         if arn not in arns:
             arns.append(arn)
@@ -149,7 +153,11 @@ def executions_check(*, batch: int = 50, now: datetime.datetime | None = None) -
             reason = f"The execution is {status}." if status != "RUNNING" else ""
         except ExternalServiceError as exc:
             if exc.error_code != "ExecutionDoesNotExist":
-                raise
+                # Throttled, or AWS failing: this execution waits for the next run; the
+                # others are still checked.
+                result["failed"] += 1
+                logger.warning("Checking execution %s failed: %s", arn, exc.message)
+                continue
             reason = "The execution no longer exists."
         open_tasks = Task.objects.filter(execution_arn=arn, state__in=RUNNING)
         if not reason:

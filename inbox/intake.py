@@ -132,6 +132,8 @@ def _task_problems(envelope: dict[str, Any]) -> list[str]:
         f"{where}: must be at most {MAX_SECONDS}" for where, value in clocks.items()
         if value > MAX_SECONDS
     )
+    if envelope["onTimeout"] == "escalate" and not envelope["timeouts"].get("escalation"):
+        problems.append("timeouts.escalation: required with onTimeout escalate")
     if _entered_at(envelope["enteredAt"]) is None:
         problems.append("enteredAt: must be an ISO 8601 date and time")
     if not Skill.objects.filter(slug=envelope["skill"]).exists():

@@ -10,7 +10,7 @@ from django.db import transaction
 
 from accounts.models import User
 from accounts.roles import Role
-from inbox.models import Task
+from inbox.models import Task, TaskState
 
 logger = logging.getLogger(__name__)
 
@@ -23,9 +23,16 @@ def notify_after_commit(*, kind: str, task_id: Any) -> None:
     transaction.on_commit(functools.partial(notify_task.delay, kind, str(task_id)))
 
 
+_ABOUT = {"offered": TaskState.OFFERED, "escalated": TaskState.ESCALATED}
+
+
 def notify(*, kind: str, task_id: Any) -> int:
     """Send the notification kind ("offered", "escalated") for a task; return mails sent."""
     task = Task.objects.select_related("skill", "assignee").get(pk=task_id)
+    # Sent after commit, perhaps late: an offer answered or an escalation handled meanwhile
+    # needs no notice (and an accepted offer has no offer deadline to name).
+    if task.state != _ABOUT.get(kind, task.state):
+        return 0
     link = f"{settings.INBOX_BASE_URL}/tasks/{task.pk}/"
     if kind == "offered":
         if task.assignee is None:

@@ -104,7 +104,10 @@ def task_extend(*, supervisor: User, task_id: Any, clock: str, seconds: int, rea
     return lifecycle.transition(
         task_id=task.pk, action=f"extend_{clock}", allowed_from=OPEN_STATES,
         to_state=task.state, actor=supervisor, reason=reason,
-        expected_version=expected_version, change=change, data={"seconds": seconds},
+        # The state is kept as read: a task changed since then (reassigned, timed out) is a
+        # Conflict, never put back into the state it has left.
+        expected_version=task.version if expected_version is None else expected_version,
+        change=change, data={"seconds": seconds},
     )
 
 

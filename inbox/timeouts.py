@@ -12,17 +12,24 @@ from django.utils import timezone
 
 from inbox import lifecycle
 from inbox.dispatch import dispatch_after_commit
-from inbox.models import OPEN_STATES, OutboxKind, Task, TaskPass, TaskState
+from inbox.models import OPEN_STATES, OutboxKind, Task, TaskEvent, TaskPass, TaskState
 
 CLOCK = "clock"
+ESCALATE = "escalate"
 
 
 def task_offer_lapse(*, task_id: Any, version: int) -> Task:
     """Withdraw an offer nobody answered; its worker is not offered the task again."""
 
     def change(task: Task) -> None:
-        TaskPass.objects.get_or_create(task=task, worker_id=task.assignee_id, defaults={
-            "why": TaskPass.Why.LAPSED, "reason": "The offer ran out."})
+        passed, created = TaskPass.objects.get_or_create(
+            task=task, worker_id=task.assignee_id,
+            defaults={"why": TaskPass.Why.LAPSED, "reason": "The offer ran out."},
+        )
+        if not created and passed.why == TaskPass.Why.LAPSED:
+            # Offered again after the cool-down and lapsed again: a new cool-down starts.
+            passed.at = timezone.now()
+            passed.save(update_fields=["at"])
         task.assignee = None
         task.offer_deadline = None
 
@@ -51,19 +58,27 @@ def task_work_timeout(*, task_id: Any, version: int) -> Task:
     return task
 
 
-def task_overall_timeout(*, task_id: Any, version: int) -> Task:
-    """Run the task's timeout policy: abort (tell Step Functions) or escalate once."""
+def task_overall_timeout(*, task_id: Any, version: int,
+                         now: datetime.datetime | None = None) -> Task:
+    """Run the task's timeout policy: abort (tell Step Functions) or escalate once.
+
+    now is the moment the sweeper saw the clock run out; the escalation clock starts there.
+    """
     task = Task.objects.get(pk=task_id)
-    if task.on_timeout == "escalate" and task.state != TaskState.ESCALATED:
-        return _escalate(task_id=task_id, version=version)
-    return task_abort(task_id=task_id, version=version, actor=None,
-                      reason=f"The overall clock ran out ({_duration(task)}).",
+    # Once only: a task reassigned or returned after its escalation, and still open when
+    # the escalation clock runs out, is aborted, not escalated again.
+    escalated = TaskEvent.objects.filter(task_id=task_id, action=ESCALATE).exists()
+    if task.on_timeout == "escalate" and not escalated:
+        return _escalate(task_id=task_id, version=version, now=now or timezone.now())
+    reason = (
+        "The escalation clock ran out before the escalated task was finished." if escalated
+        else f"The overall clock ran out ({_duration(task)})."
+    )
+    return task_abort(task_id=task_id, version=version, actor=None, reason=reason,
                       action="overall_timeout")
 
 
-def _escalate(*, task_id: Any, version: int) -> Task:
-    now = timezone.now()
-
+def _escalate(*, task_id: Any, version: int, now: datetime.datetime) -> Task:
     def change(task: Task) -> None:
         task.assignee = None
         task.offer_deadline = task.work_deadline = None
@@ -71,7 +86,7 @@ def _escalate(*, task_id: Any, version: int) -> Task:
         task.overall_deadline = now + datetime.timedelta(seconds=task.escalation_seconds or 0)
 
     task = lifecycle.transition(
-        task_id=task_id, action="escalate", allowed_from=[*OPEN_STATES],
+        task_id=task_id, action=ESCALATE, allowed_from=[*OPEN_STATES],
         to_state=TaskState.ESCALATED, system=CLOCK, expected_version=version, change=change,
         reason="The overall clock ran out; the supervisors have the escalation clock to act.",
     )

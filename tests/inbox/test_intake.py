@@ -628,3 +628,15 @@ stages:
     # Version 2 is not deployed: only the built-in forms are known for it.
     assert intake_message(message=sqs_message(elsewhere)) == "invalid"
     assert [p.split(":")[0] for p in IntakeError.objects.get().problems] == ["form"]
+
+
+def test_escalate_without_an_escalation_clock_is_refused(db, review_skill):
+    """An escalating stage must say how long the supervisors have."""
+    from inbox.intake import intake_message
+    from inbox.models import IntakeError
+    from tests.factories import envelope, sqs_message
+
+    outcome = intake_message(message=sqs_message(envelope(onTimeout="escalate")))
+    assert outcome == "invalid"
+    assert IntakeError.objects.get().problems == [
+        "timeouts.escalation: required with onTimeout escalate"]
