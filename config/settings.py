@@ -9,6 +9,7 @@ lists every variable.
 import base64
 import hashlib
 import hmac
+import re
 from pathlib import Path
 
 import dj_database_url
@@ -59,6 +60,7 @@ INSTALLED_APPS += [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "config.middleware.ContentSecurityPolicyMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -143,6 +145,8 @@ if CELERY_BROKER_URL == "filesystem://":
         "data_folder_in": str(CELERY_BROKER_FOLDER),
         "data_folder_out": str(CELERY_BROKER_FOLDER),
         "processed_folder": str(VAR_DIR / "celery-processed"),
+        # Broadcasts (worker remote control) go here, not to ./control in the checkout.
+        "control_folder": str(VAR_DIR / "celery-control"),
         "store_processed": False,
     }
 CELERY_TASK_IGNORE_RESULT = True
@@ -391,6 +395,25 @@ SECURE_HSTS_PRELOAD = env_bool("DJANGO_HSTS_PRELOAD", True)
 SECURE_CONTENT_TYPE_NOSNIFF = True
 SECURE_REFERRER_POLICY = "same-origin"
 X_FRAME_OPTIONS = "DENY"
+# No inline script or style anywhere (config.middleware sends it). Sign-in through an
+# identity provider posts a form that redirects to the provider's sign-in page, which
+# form-action must allow: INBOX_CSP_FORM_ACTION lists such origins.
+_csp_form_action = env_list("INBOX_CSP_FORM_ACTION")
+for _origin in _csp_form_action:
+    if not re.fullmatch(r"https?://[A-Za-z0-9.\-]+(:[0-9]+)?", _origin):
+        raise ImproperlyConfigured(
+            f"INBOX_CSP_FORM_ACTION item {_origin!r} is not an origin such as "
+            "https://login.example.com."
+        )
+INBOX_CSP = "; ".join([
+    "default-src 'self'",
+    "script-src 'self'",
+    "style-src 'self'",
+    "img-src 'self' data:",
+    "frame-ancestors 'none'",
+    " ".join(["form-action 'self'", *_csp_form_action]),
+    "base-uri 'self'",
+])
 if env_bool("DJANGO_BEHIND_TLS_PROXY", False):
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 

@@ -1,5 +1,7 @@
+from django.conf import settings
 from django.contrib import admin
 from django.urls import include, path
+from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView
 
 admin.site.site_header = "Inbox administration"
@@ -12,4 +14,6 @@ urlpatterns = [
     path("api/processes/", include("processes.urls")),
     path("api/inbox/", include("inbox.api_urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
+    # Browsers ask for /favicon.ico on pages that name no icon (the admin's).
+    path("favicon.ico", RedirectView.as_view(url=f"{settings.STATIC_URL}inbox/favicon.svg")),
 ]

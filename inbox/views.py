@@ -1,18 +1,234 @@
-from django.http import HttpRequest, HttpResponse
-from django.shortcuts import render
+"""Reviewer pages: my queues, take next, a task and every action on it.
 
+Each view calls one service or selector of the inbox (the same ones the worker API
+calls); none changes a task any other way. Every POST goes through Django's CSRF check.
+"""
+
+from typing import Any
+from uuid import UUID
+
+from django.contrib import messages
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_POST, require_safe
+
+from accounts.models import Dispatch
 from accounts.selectors import user_roles
-from inbox.selectors import my_queues, my_tasks
+from config.errors import Conflict, InboxError, NotFound
+from inbox import dispatch, services
+from inbox.answer_form import answer_from_post, bound_fields
+from inbox.models import Task, TaskState
+from inbox.selectors import access_task, my_queues, my_tasks, task_history
+from processes.forms import FormInvalid
+
+NOTHING_WAITING = "Nothing is waiting in your queues."
 
 
+@require_safe
 def home(request: HttpRequest) -> HttpResponse:
     """Show the signed-in user's queues (their skills), what they hold, and their roles."""
+    queues = my_queues(user=request.user)
     return render(
         request,
         "inbox/home.html",
         {
-            "queues": my_queues(user=request.user),
-            "held": my_tasks(user=request.user),
+            "queues": queues,
+            "held": list(my_tasks(user=request.user)),
             "roles": sorted(role.label for role in user_roles(user=request.user)),
+            "can_take": any(queue["dispatch"] == Dispatch.PULL for queue in queues),
         },
     )
+
+
+@require_POST
+def take_next(request: HttpRequest) -> HttpResponse:
+    """Take the next task of the user's pull queues (or of one queue) and open it."""
+    try:
+        task = dispatch.task_take_next(worker=request.user,
+                                       skill=request.POST.get("skill") or None)
+    except dispatch.NothingToTake:
+        messages.info(request, NOTHING_WAITING)
+        return redirect("inbox:home")
+    except Conflict as exc:
+        messages.error(request, exc.message)
+        return redirect("inbox:home")
+    return redirect("inbox:task", task_id=task.pk)
+
+
+@require_safe
+def task_detail(request: HttpRequest, task_id: UUID) -> HttpResponse:
+    """Show a task: its input, its clocks, its form (to whoever holds it) and its history."""
+    return task_page(request, _visible_task(request, task_id))
+
+
+@require_POST
+def task_complete(request: HttpRequest, task_id: UUID) -> HttpResponse:
+    """Complete the held task with the posted answer, then open the next task.
+
+    A bad answer changes nothing: the page comes back with each error at its field.
+    """
+    task = _visible_task(request, task_id)
+    try:
+        form = services.task_form(task=task)
+        answer = answer_from_post(form, request.POST)
+        services.task_complete(worker=request.user, task_id=task.pk, answer=answer,
+                               expected_version=_version(request))
+    except FormInvalid as exc:
+        problems = "; ".join(
+            f"{(form.field(name).label if form.field(name) else name)}: {message}"
+            for name, message in exc.errors.items()
+        )
+        messages.error(request, f"The answer needs another look. {problems}.")
+        return task_page(request, task, values=answer, errors=exc.errors, status=400)
+    except (Conflict, NotFound, services.UnknownForm) as exc:
+        return _refused(request, task, exc)
+    messages.success(request, f"Completed: {task.title}.")
+    return _open_next(request)
+
+
+@require_POST
+def task_reject(request: HttpRequest, task_id: UUID) -> HttpResponse:
+    """Reject the held task with the posted reason, then open the next task."""
+    task = _visible_task(request, task_id)
+    try:
+        services.task_reject(worker=request.user, task_id=task.pk,
+                             reason=request.POST.get("reason", ""),
+                             expected_version=_version(request))
+    except (Conflict, NotFound) as exc:
+        return _refused(request, task, exc)
+    messages.success(request, f"Rejected: {task.title}.")
+    return _open_next(request)
+
+
+@require_POST
+def task_release(request: HttpRequest, task_id: UUID) -> HttpResponse:
+    """Give the held task back to its queue and go home (taking next would take it again)."""
+    task = _visible_task(request, task_id)
+    try:
+        dispatch.task_release(worker=request.user, task_id=task.pk,
+                              reason=request.POST.get("reason", ""),
+                              expected_version=_version(request))
+    except (Conflict, NotFound) as exc:
+        return _refused(request, task, exc)
+    messages.success(request, f"Released: {task.title}. It is back in its queue.")
+    return redirect("inbox:home")
+
+
+@require_POST
+def task_claim(request: HttpRequest, task_id: UUID) -> HttpResponse:
+    """Take this queued task of a pull queue and open it."""
+    task = _visible_task(request, task_id)
+    try:
+        dispatch.task_claim(worker=request.user, task_id=task.pk,
+                            expected_version=_version(request))
+    except (Conflict, NotFound) as exc:
+        return _refused(request, task, exc)
+    return redirect("inbox:task", task_id=task.pk)
+
+
+@require_POST
+def task_accept(request: HttpRequest, task_id: UUID) -> HttpResponse:
+    """Accept the offer and open the task to work on it."""
+    task = _visible_task(request, task_id)
+    try:
+        dispatch.task_accept(worker=request.user, task_id=task.pk,
+                             expected_version=_version(request))
+    except (Conflict, NotFound) as exc:
+        return _refused(request, task, exc)
+    messages.success(request, "Accepted. The work clock is running.")
+    return redirect("inbox:task", task_id=task.pk)
+
+
+@require_POST
+def task_decline(request: HttpRequest, task_id: UUID) -> HttpResponse:
+    """Decline the offer with the posted reason; it goes to someone else."""
+    task = _visible_task(request, task_id)
+    try:
+        dispatch.task_decline(worker=request.user, task_id=task.pk,
+                              reason=request.POST.get("reason", ""),
+                              expected_version=_version(request))
+    except (Conflict, NotFound) as exc:
+        return _refused(request, task, exc)
+    messages.success(request, f"Declined: {task.title}. It will be offered to someone else.")
+    return redirect("inbox:home")
+
+
+def task_page(request: HttpRequest, task: Task, *, values: dict[str, Any] | None = None,
+              errors: dict[str, str] | None = None, status: int = 200) -> HttpResponse:
+    """Render the task page; values and errors are a rejected answer to show again."""
+    mine = task.assignee_id == request.user.pk
+    working = mine and task.state == TaskState.IN_PROGRESS
+    form = form_problem = None
+    try:
+        form = services.task_form(task=task)
+    except services.UnknownForm as exc:
+        form_problem = exc.message
+    return render(
+        request,
+        "inbox/task.html",
+        {
+            "task": task,
+            "form": form,
+            "form_problem": form_problem,
+            "fields": bound_fields(form, values=values, errors=errors) if form else [],
+            "has_errors": bool(errors),
+            "working": working,
+            "offered": mine and task.state == TaskState.OFFERED,
+            "claimable": (task.state == TaskState.QUEUED
+                          and task.skill.dispatch == Dispatch.PULL),
+            "clocks": _clocks(task),
+            "history": task_history(task=task),
+        },
+        status=status,
+    )
+
+
+def _clocks(task: Task) -> list[dict[str, Any]]:
+    """Return the task's three clocks: which is running and when it runs out."""
+    overall = "Escalation" if task.state == TaskState.ESCALATED else "Overall"
+    return [
+        {"name": "offer", "label": "Offer",
+         "deadline": task.offer_deadline if task.state == TaskState.OFFERED else None},
+        {"name": "work", "label": "Work",
+         "deadline": task.work_deadline if task.state == TaskState.IN_PROGRESS else None},
+        {"name": "overall", "label": overall,
+         "deadline": task.overall_deadline if task.is_open else None},
+    ]
+
+
+def _visible_task(request: HttpRequest, task_id: UUID) -> Task:
+    """Return the task if the user may see it; a task they may not see does not exist."""
+    try:
+        return access_task(user=request.user, task_id=task_id)
+    except NotFound:
+        raise Http404("No such task.") from None
+
+
+def _version(request: HttpRequest) -> int | None:
+    """Return the task version the posted page showed, so a stale page is refused."""
+    try:
+        return int(request.POST["version"])
+    except (KeyError, ValueError):
+        return None
+
+
+def _refused(request: HttpRequest, task: Task, exc: InboxError) -> HttpResponse:
+    """Say why an action was refused, on the task's page as it is now."""
+    messages.error(request, exc.message)
+    return redirect("inbox:task", task_id=task.pk)
+
+
+def _open_next(request: HttpRequest) -> HttpResponse:
+    """Open the next task after a decision: a new one from the queues, else one already held.
+
+    A push-queue worker has no queue to take from; their next task is the next offer.
+    """
+    try:
+        task = dispatch.task_take_next(worker=request.user)
+    except (dispatch.NothingToTake, Conflict):
+        held = my_tasks(user=request.user).first()
+        if held is not None:
+            return redirect("inbox:task", task_id=held.pk)
+        messages.info(request, NOTHING_WAITING)
+        return redirect("inbox:home")
+    return redirect("inbox:task", task_id=task.pk)

@@ -1,0 +1,247 @@
+// The inbox pages' keyboard shortcuts, dialogs, live clocks and list filter.
+//
+// Loaded with defer on every page. The Content-Security-Policy allows no inline script or
+// style, so pages only mark things up with data attributes and this file wires them:
+//   [data-shortcut="n"]    a button the key clicks          [data-opens="id"]  opens a <dialog>
+//   form[data-ctrl-enter]  the form Ctrl+Enter submits      [data-choice]      keys 1..9 pick
+//   [data-nav-row]         a row j/k move to                [data-search]      the filter box
+//   time[data-deadline]    a countdown                      time[data-since]   an age
+(function () {
+  "use strict";
+
+  var NOT_TYPING = ["checkbox", "radio", "button", "submit", "reset", "range", "color", "file",
+                    "image", "hidden"];
+
+  function isTyping(el) {
+    if (!el || !el.tagName) return false;
+    if (el.isContentEditable) return true;
+    if (el.tagName === "TEXTAREA" || el.tagName === "SELECT") return true;
+    return el.tagName === "INPUT" && NOT_TYPING.indexOf(el.type) === -1;
+  }
+
+  function isShown(el) {
+    return el && !el.disabled && el.getClientRects().length > 0;
+  }
+
+  // Durations read like the server's (inbox/templatetags/inbox_pages.py span_text).
+  function pad(n) { return n < 10 ? "0" + n : String(n); }
+  function spanText(ms) {
+    var total = Math.floor(Math.abs(ms) / 1000);
+    var days = Math.floor(total / 86400), hours = Math.floor(total % 86400 / 3600);
+    var minutes = Math.floor(total % 3600 / 60), seconds = total % 60;
+    if (days) return days + " d " + hours + " h " + pad(minutes) + " min";
+    if (hours) return hours + " h " + pad(minutes) + " min " + pad(seconds) + " s";
+    if (minutes) return minutes + " min " + pad(seconds) + " s";
+    return seconds + " s";
+  }
+
+  // Clocks ------------------------------------------------------------------------------
+  var SOON_MS = 5 * 60 * 1000;
+
+  function tick() {
+    var now = Date.now();
+    document.querySelectorAll("time[data-deadline]").forEach(function (el) {
+      var left = Date.parse(el.getAttribute("datetime")) - now;
+      if (isNaN(left)) return;
+      el.textContent = left >= 0 ? spanText(left) + " left" : spanText(left) + " overdue";
+      var clock = el.closest(".clock") || el;
+      clock.classList.toggle("overdue", left < 0);
+      clock.classList.toggle("soon", left >= 0 && left < SOON_MS);
+    });
+    document.querySelectorAll("time[data-since]").forEach(function (el) {
+      var since = Date.parse(el.getAttribute("datetime"));
+      if (!isNaN(since)) el.textContent = spanText(Math.max(0, now - since));
+    });
+  }
+
+  function localTimes() {
+    document.querySelectorAll("time[data-local]").forEach(function (el) {
+      var moment = new Date(el.getAttribute("datetime"));
+      if (isNaN(moment.getTime())) return;
+      var withSeconds = el.closest(".history") !== null;
+      el.textContent = moment.toLocaleString([], {
+        day: "numeric", month: "short", hour: "2-digit", minute: "2-digit",
+        second: withSeconds ? "2-digit" : undefined,
+      });
+      el.title = moment.toISOString();
+    });
+  }
+
+  // Lists: j/k, Enter, filter ---------------------------------------------------------------
+  function rows() {
+    return Array.prototype.filter.call(document.querySelectorAll("[data-nav-row]"), function (r) {
+      return !r.hidden;
+    });
+  }
+
+  function select(row) {
+    document.querySelectorAll("[data-nav-row].selected").forEach(function (r) {
+      r.classList.remove("selected");
+    });
+    row.classList.add("selected");
+    (row.querySelector("[data-nav-primary]") || row).focus();
+    row.scrollIntoView({block: "nearest"});
+  }
+
+  function move(step) {
+    var list = rows();
+    if (!list.length) return;
+    var index = list.findIndex(function (r) { return r.contains(document.activeElement); });
+    if (index === -1) index = step > 0 ? -1 : list.length;
+    select(list[Math.min(Math.max(index + step, 0), list.length - 1)]);
+  }
+
+  function filterRows(box) {
+    var query = box.value.trim().toLowerCase(), all = document.querySelectorAll("[data-nav-row]");
+    var shown = 0;
+    all.forEach(function (row) {
+      row.hidden = query !== "" && row.textContent.toLowerCase().indexOf(query) === -1;
+      if (!row.hidden) shown += 1;
+    });
+    var status = document.querySelector("[data-search-status]");
+    if (status) status.textContent = query ? shown + " of " + all.length + " rows match" : "";
+  }
+
+  // Forms -------------------------------------------------------------------------------
+  function pickChoice(n) {
+    var active = document.activeElement;
+    var group = (active && active.closest && active.closest("[data-choice]")) ||
+      document.querySelector("form[data-ctrl-enter] [data-choice]");
+    if (!group) return false;
+    var radio = group.querySelectorAll("input[type=radio]")[n - 1];
+    if (!radio) return false;
+    radio.checked = true;
+    radio.focus();
+    radio.dispatchEvent(new Event("change", {bubbles: true}));
+    return true;
+  }
+
+  function submitWithCtrlEnter(target) {
+    var form = target.closest && target.closest("form");
+    var dialog = document.querySelector("dialog[open]");
+    if (dialog) {
+      if (!form || !dialog.contains(form)) return false;
+    } else {
+      form = document.querySelector("form[data-ctrl-enter]");
+    }
+    if (!form) return false;
+    form.requestSubmit();
+    return true;
+  }
+
+  // One submission per page: a second Enter, n or Ctrl+Enter while the first is on its way
+  // would take or decide a second task.
+  var submitting = false;
+  document.addEventListener("submit", function (event) {
+    var submitter = event.submitter;
+    if (submitter && submitter.getAttribute("formmethod") === "dialog") return;
+    if (event.target.getAttribute("method") === "dialog") return;
+    if (submitting) {
+      event.preventDefault();
+      return;
+    }
+    submitting = true;
+    event.target.setAttribute("aria-busy", "true");
+  });
+  window.addEventListener("pageshow", function () { submitting = false; });
+
+  // Keys --------------------------------------------------------------------------------
+  function openDialog(id) {
+    var dialog = document.getElementById(id);
+    if (dialog && !dialog.open) dialog.showModal();
+    return Boolean(dialog);
+  }
+
+  function press(key) {
+    var el = document.querySelector('[data-shortcut="' + key + '"]');
+    if (!isShown(el)) return false;
+    el.click();
+    return true;
+  }
+
+  document.addEventListener("keydown", function (event) {
+    if (event.defaultPrevented || event.isComposing) return;
+    var target = event.target;
+    var handled = false;
+    if (event.key === "Enter" && (event.ctrlKey || event.metaKey) && !event.altKey) {
+      handled = submitWithCtrlEnter(target);
+    } else if (document.querySelector("dialog[open]")) {
+      return; // A dialog takes its own keys: Enter confirms, Esc closes.
+    } else if (event.key === "Escape") {
+      if (isTyping(target)) {
+        target.blur();
+        handled = true;
+      }
+    } else if (event.ctrlKey || event.metaKey || event.altKey || isTyping(target)) {
+      return;
+    } else if (event.key === "?") {
+      handled = openDialog("help-dialog");
+    } else if (event.key === "/") {
+      var box = document.querySelector("[data-search]");
+      if (box) {
+        box.focus();
+        box.select();
+        handled = true;
+      }
+    } else if (event.key === "j" || event.key === "k") {
+      move(event.key === "j" ? 1 : -1);
+      handled = rows().length > 0;
+    } else if (/^[1-9]$/.test(event.key)) {
+      handled = pickChoice(Number(event.key));
+    } else if (/^[a-z]$/.test(event.key)) {
+      handled = press(event.key);
+    }
+    if (handled) event.preventDefault();
+  });
+
+  document.addEventListener("click", function (event) {
+    var opener = event.target.closest && event.target.closest("[data-opens]");
+    if (opener && openDialog(opener.getAttribute("data-opens"))) event.preventDefault();
+  });
+
+  document.addEventListener("focusin", function (event) {
+    var row = event.target.closest && event.target.closest("[data-nav-row]");
+    if (row && !row.classList.contains("selected")) {
+      document.querySelectorAll("[data-nav-row].selected").forEach(function (r) {
+        r.classList.remove("selected");
+      });
+      row.classList.add("selected");
+    }
+  });
+
+  function start() {
+    var box = document.querySelector("[data-search]");
+    if (box) {
+      box.addEventListener("input", function () { filterRows(box); });
+      box.addEventListener("keydown", function (event) {
+        if (event.key !== "Enter" && event.key !== "ArrowDown") return;
+        var first = rows()[0];
+        if (first) {
+          event.preventDefault();
+          select(first);
+        }
+      });
+    }
+    // Messages rendered with the page sit in the live region from the start, and screen
+    // readers announce changes, not what was there: write them again once the page settled.
+    var region = document.querySelector(".messages[aria-live]");
+    if (region && region.textContent.trim()) {
+      window.setTimeout(function () {
+        region.querySelectorAll(".message").forEach(function (p) {
+          p.textContent = p.textContent;
+        });
+      }, 300);
+    }
+    localTimes();
+    tick();
+    if (document.querySelector("time[data-deadline], time[data-since]")) {
+      window.setInterval(tick, 1000);
+    }
+  }
+
+  if (document.readyState === "loading") {
+    document.addEventListener("DOMContentLoaded", start);
+  } else {
+    start();
+  }
+})();
