@@ -5,14 +5,18 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from django.conf import settings
 from django.db import connection
 
-from accounts.models import User
+from accounts.models import Dispatch, User
 from accounts.roles import Role
-from accounts.services import user_create
+from accounts.services import skill_ensure, user_create, worker_skill_set
+from inbox.models import Task
+from inbox.tokens import token_digest
+from tests.factories import envelope, sqs_message
 
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = "/usr/bin/chromium"
@@ -104,3 +108,47 @@ def make_user(db):
 @pytest.fixture
 def db_vendor(db) -> str:
     return connection.vendor
+
+
+@pytest.fixture
+def review_skill(db):
+    return skill_ensure(slug="invoice-review", name="Invoice review")
+
+
+@pytest.fixture
+def approval_skill(db):
+    return skill_ensure(slug="finance-approval", name="Finance approval")
+
+
+@pytest.fixture
+def check_skill(db):
+    return skill_ensure(slug="document-check", name="Document check", dispatch=Dispatch.PUSH)
+
+
+@pytest.fixture
+def make_task(db, review_skill):
+    """Return a function that brings a task in through the real intake path."""
+    from inbox.intake import intake_message
+
+    def make(**overrides: Any) -> Task:
+        body = envelope(**overrides)
+        outcome = intake_message(message=sqs_message(body))
+        assert outcome == "created", outcome
+        return Task.objects.get(token_digest=token_digest(body["taskToken"]))
+
+    return make
+
+
+@pytest.fixture
+def make_worker(make_user):
+    """Return a function making a worker holding skills {slug: proficiency}."""
+    from accounts.models import Skill
+
+    def make(skills: dict[str, int] | None = None, *, roles=(Role.WORKER,), **kwargs) -> Any:
+        worker = make_user(roles=roles, **kwargs)
+        for slug, proficiency in (skills or {}).items():
+            worker_skill_set(worker=worker, skill=Skill.objects.get(slug=slug),
+                             proficiency=proficiency)
+        return worker
+
+    return make

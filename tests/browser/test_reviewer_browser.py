@@ -7,7 +7,6 @@ import pytest
 from accounts.roles import Role
 from inbox import dispatch
 from inbox.models import Task, TaskState
-from tests.inbox.conftest import check_skill, make_task, make_worker, review_skill  # noqa: F401
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -62,7 +61,7 @@ def open_task_titled(page, title: str) -> None:
 
 
 def test_reviewer_takes_answers_and_rejects_tasks_with_the_keyboard_only(
-    page, screenshot, problems, make_task, make_worker  # noqa: F811
+    page, screenshot, problems, make_task, make_worker
 ):
     make_worker({"invoice-review": 4}, email="ana@example.com", password=PASSWORD)
     for number, amount in [(1, 120), (2, 12500), (3, 80)]:
@@ -128,7 +127,7 @@ def test_reviewer_takes_answers_and_rejects_tasks_with_the_keyboard_only(
 
 
 def test_a_bad_answer_puts_focus_on_the_field_and_says_why(
-    page, screenshot, problems, make_task, make_worker  # noqa: F811
+    page, screenshot, problems, make_task, make_worker
 ):
     make_worker({"invoice-review": 4}, email="ana@example.com", password=PASSWORD)
     make_task(title="Review invoice INV-5")
@@ -150,7 +149,7 @@ def test_a_bad_answer_puts_focus_on_the_field_and_says_why(
 
 
 def test_help_overlay_lists_the_shortcuts_and_lists_move_with_j_and_k(
-    page, screenshot, problems, make_task, make_worker  # noqa: F811
+    page, screenshot, problems, make_task, make_worker
 ):
     ana = make_worker({"invoice-review": 4}, email="ana@example.com", password=PASSWORD)
     make_task(title="Review invoice INV-8")
@@ -192,7 +191,7 @@ def test_help_overlay_lists_the_shortcuts_and_lists_move_with_j_and_k(
 
 
 def test_an_offer_is_accepted_with_a_and_another_declined_with_d(
-    page, screenshot, problems, make_task, make_worker, check_skill  # noqa: F811
+    page, screenshot, problems, make_task, make_worker, check_skill
 ):
     cleo = make_worker({"document-check": 3}, email="cleo@example.com", password=PASSWORD)
     cleo.capacity = 2
@@ -233,7 +232,7 @@ def test_an_offer_is_accepted_with_a_and_another_declined_with_d(
     assert second.assignee != cleo
 
 
-def test_the_admin_runs_under_the_strict_policy(page, problems, make_user, make_task):  # noqa: F811
+def test_the_admin_runs_under_the_strict_policy(page, problems, make_user, make_task):
     """Django 5.2's admin uses no inline script or style: no CSP violation on its pages."""
     make_user(roles=(Role.ADMIN,), email="root@example.com")
     task = make_task()
