@@ -33,3 +33,24 @@ def skill_workers(*, skill: Skill, min_proficiency: int = 1) -> QuerySet[User]:
         worker_skills__skill=skill,
         worker_skills__proficiency__gte=min_proficiency,
     ).order_by("email")
+
+
+def team_workers(*, after: str = "", limit: int = 100) -> list[User]:
+    """Return up to limit active workers and supervisors by email, after the given email.
+
+    Keyset pagination: a page costs the same however many workers come before it.
+    """
+    workers = User.objects.filter(
+        is_active=True, groups__name__in=[Role.WORKER.value, Role.SUPERVISOR.value]
+    ).distinct()
+    if after:
+        workers = workers.filter(email__gt=after)
+    return list(workers.order_by("email")[:limit])
+
+
+def team_proficiencies(*, workers: list[User]) -> dict[tuple[int, int], int]:
+    """Return {(worker id, skill id): proficiency} for the given workers, in one query."""
+    links = WorkerSkill.objects.filter(worker__in=workers).values_list(
+        "worker_id", "skill_id", "proficiency"
+    )
+    return {(worker_id, skill_id): proficiency for worker_id, skill_id, proficiency in links}

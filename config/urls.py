@@ -10,6 +10,7 @@ admin.site.site_title = "Inbox admin"
 urlpatterns = [
     path("", include("inbox.urls")),
     path("accounts/", include("allauth.urls")),
+    path("team/", include("accounts.urls")),
     path("admin/", admin.site.urls),
     path("api/processes/", include("processes.urls")),
     path("api/inbox/", include("inbox.api_urls")),

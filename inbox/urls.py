@@ -1,6 +1,6 @@
 from django.urls import path
 
-from inbox import views
+from inbox import views, views_supervisor
 
 app_name = "inbox"
 
@@ -14,4 +14,12 @@ urlpatterns = [
     path("tasks/<uuid:task_id>/claim/", views.task_claim, name="task-claim"),
     path("tasks/<uuid:task_id>/accept/", views.task_accept, name="task-accept"),
     path("tasks/<uuid:task_id>/decline/", views.task_decline, name="task-decline"),
+    # The supervisor's pages.
+    path("supervisor/", views_supervisor.supervisor_board, name="supervisor"),
+    path("supervisor/bulk/", views_supervisor.tasks_bulk, name="supervisor-bulk"),
+    path("tasks/<uuid:task_id>/reassign/", views_supervisor.task_reassign,
+         name="task-reassign"),
+    path("tasks/<uuid:task_id>/return/", views_supervisor.task_return, name="task-return"),
+    path("tasks/<uuid:task_id>/extend/", views_supervisor.task_extend, name="task-extend"),
+    path("tasks/<uuid:task_id>/abort/", views_supervisor.task_abort, name="task-abort"),
 ]

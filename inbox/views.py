@@ -19,6 +19,7 @@ from inbox import dispatch, services
 from inbox.answer_form import answer_from_post, bound_fields
 from inbox.models import Task, TaskState
 from inbox.selectors import access_task, my_queues, my_tasks, task_history
+from inbox.views_supervisor import supervisor_panel
 from processes.forms import FormInvalid
 
 NOTHING_WAITING = "Nothing is waiting in your queues."
@@ -178,6 +179,7 @@ def task_page(request: HttpRequest, task: Task, *, values: dict[str, Any] | None
                           and task.skill.dispatch == Dispatch.PULL),
             "clocks": _clocks(task),
             "history": task_history(task=task),
+            "supervise": supervisor_panel(request, task),
         },
         status=status,
     )

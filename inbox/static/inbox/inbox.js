@@ -245,3 +245,87 @@
     start();
   }
 })();
+
+// The supervisor board: refreshes itself, checks all rows, shows the bulk fields an action
+// needs. Elements marked [data-refresh] (each with an id) are replaced every
+// data-refresh-seconds by the same elements of a fresh copy of the page; a round is skipped
+// while the supervisor is busy with the page (rows checked, a field focused, a search typed).
+(function () {
+  "use strict";
+
+  function hms() {
+    document.querySelectorAll("time[data-hms]").forEach(function (el) {
+      var moment = new Date(el.getAttribute("datetime"));
+      if (!isNaN(moment.getTime())) {
+        el.textContent = moment.toLocaleTimeString([], {hour12: false});
+      }
+    });
+  }
+
+  function busy() {
+    if (document.querySelector("dialog[open]")) return true;
+    if (document.querySelector("[data-bulk] input[name=task]:checked")) return true;
+    var search = document.querySelector("[data-search]");
+    if (search && search.value.trim()) return true;
+    // Focus on a row or a field: replacing the list would take it away.
+    var active = document.activeElement;
+    return Boolean(active && active !== document.body && active.closest &&
+                   active.closest("form, [data-refresh]"));
+  }
+
+  function refresh() {
+    if (busy() || document.hidden) return;
+    window.fetch(window.location.href, {credentials: "same-origin",
+                                        headers: {"Accept": "text/html"}})
+      .then(function (response) {
+        // A signed-out session is redirected to sign in: keep the board as it is.
+        if (!response.ok || response.redirected) return null;
+        return response.text();
+      })
+      .then(function (html) {
+        if (!html || busy()) return;
+        var fresh = new DOMParser().parseFromString(html, "text/html");
+        document.querySelectorAll("[data-refresh][id]").forEach(function (el) {
+          var other = fresh.getElementById(el.id);
+          if (other) el.innerHTML = other.innerHTML;
+        });
+        hms();
+        document.dispatchEvent(new CustomEvent("inbox:refreshed"));
+      })
+      .catch(function () { /* Offline for a moment: the next round tries again. */ });
+  }
+
+  function showBulkFields(select) {
+    document.querySelectorAll("[data-needs]").forEach(function (el) {
+      el.hidden = el.getAttribute("data-needs") !== select.value;
+    });
+  }
+
+  function start() {
+    hms();
+    var region = document.querySelector("[data-refresh-seconds]");
+    if (region) {
+      var seconds = Number(region.getAttribute("data-refresh-seconds")) || 15;
+      window.setInterval(refresh, seconds * 1000);
+    }
+    var action = document.querySelector("[data-bulk-action]");
+    if (action) {
+      showBulkFields(action);
+      action.addEventListener("change", function () { showBulkFields(action); });
+    }
+    document.addEventListener("change", function (event) {
+      if (!event.target.matches("[data-check-all]")) return;
+      var form = event.target.closest("form");
+      form.querySelectorAll("input[name=task]").forEach(function (box) {
+        var row = box.closest("[data-nav-row]");
+        if (!row || !row.hidden) box.checked = event.target.checked;
+      });
+    });
+  }
+
+  if (document.readyState === "loading") {
+    document.addEventListener("DOMContentLoaded", start);
+  } else {
+    start();
+  }
+})();

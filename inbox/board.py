@@ -1,0 +1,212 @@
+"""Reads of the supervisor board: per-skill counts, the filtered task list, who may take a task.
+
+The list pages with a keyset (the last row's sort key and id), never OFFSET: a page costs
+the same at the millionth row as at the first, and rows that move between two page loads
+are neither skipped nor shown twice within one ordering.
+"""
+
+import datetime
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db.models import Count, Min, Q, QuerySet
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
+
+from accounts.models import Skill, User
+from accounts.roles import Role
+from accounts.selectors import user_roles
+from inbox.models import OPEN_STATES, Task, TaskState
+from inbox.selectors import HELD_STATES, visible_tasks
+
+PAGE_SIZE = 50
+
+# name: (column, descending). Each ordering breaks ties by id in the same direction.
+SORTS: dict[str, tuple[str, bool]] = {
+    "deadline": ("overall_deadline", False),
+    "-deadline": ("overall_deadline", True),
+    "created": ("created_at", False),
+    "-created": ("created_at", True),
+    "priority": ("priority", True),
+    "-priority": ("priority", False),
+}
+SORT_LABELS = {
+    "deadline": "Overall deadline, soonest first",
+    "-deadline": "Overall deadline, latest first",
+    "created": "Created, oldest first",
+    "-created": "Created, newest first",
+    "priority": "Priority, highest first",
+    "-priority": "Priority, lowest first",
+}
+# Minimum waiting age a filter may ask for: (value, label).
+AGES = [("15m", "15 min"), ("1h", "1 hour"), ("4h", "4 hours"), ("1d", "1 day"),
+        ("7d", "7 days")]
+_AGE_SPANS = {"15m": datetime.timedelta(minutes=15), "1h": datetime.timedelta(hours=1),
+              "4h": datetime.timedelta(hours=4), "1d": datetime.timedelta(days=1),
+              "7d": datetime.timedelta(days=7)}
+UNASSIGNED = "none"
+
+
+def is_supervisor(*, user: User) -> bool:
+    """Return whether the user supervises (a supervisor or an admin)."""
+    return bool({Role.SUPERVISOR, Role.ADMIN} & user_roles(user=user))
+
+
+def supervised_skills(*, user: User) -> QuerySet[Skill]:
+    """Return the skills the user supervises: all for admins, else the ones they hold."""
+    if Role.ADMIN in user_roles(user=user):
+        return Skill.objects.order_by("slug")
+    return Skill.objects.filter(worker_skills__worker=user).order_by("slug")
+
+
+def skill_counts(*, skills: list[Skill], now: datetime.datetime) -> list[dict[str, Any]]:
+    """Return each skill's open tasks by state, overdue ones and the oldest waiting one.
+
+    One aggregate query for every skill together.
+    """
+    overdue = (
+        Q(overall_deadline__lte=now)
+        | Q(state=TaskState.OFFERED, offer_deadline__lte=now)
+        | Q(state=TaskState.IN_PROGRESS, work_deadline__lte=now)
+    )
+    rows = {
+        row["skill_id"]: row
+        for row in Task.objects.filter(skill__in=skills, state__in=OPEN_STATES)
+        .values("skill_id")
+        .annotate(
+            queued=Count("id", filter=Q(state=TaskState.QUEUED)),
+            offered=Count("id", filter=Q(state=TaskState.OFFERED)),
+            in_progress=Count("id", filter=Q(state=TaskState.IN_PROGRESS)),
+            escalated=Count("id", filter=Q(state=TaskState.ESCALATED)),
+            overdue=Count("id", filter=overdue),
+            oldest=Min("created_at", filter=Q(state=TaskState.QUEUED)),
+        )
+        .order_by()
+    }
+    empty = {"queued": 0, "offered": 0, "in_progress": 0, "escalated": 0, "overdue": 0,
+             "oldest": None}
+    return [{"skill": skill, **{k: rows.get(skill.pk, empty)[k] for k in empty}}
+            for skill in skills]
+
+
+@dataclass
+class Filters:
+    """What the board's list shows, as read from the query string (bad values ignored)."""
+
+    skill: str = ""
+    state: str = ""
+    process: str = ""
+    assignee: str = ""
+    age: str = ""
+    sort: str = "deadline"
+    after: tuple[Any, str] | None = None
+    problems: list[str] = field(default_factory=list)
+
+    @classmethod
+    def from_query(cls, query: Any) -> "Filters":
+        filters = cls(
+            skill=query.get("skill", "").strip(),
+            state=query.get("state", "").strip(),
+            process=query.get("process", "").strip(),
+            assignee=query.get("assignee", "").strip(),
+            age=query.get("age", "").strip(),
+            sort=query.get("sort", "").strip() or "deadline",
+        )
+        if filters.state and filters.state not in OPEN_STATES:
+            filters.problems.append(f"Unknown state {filters.state!r}: showing every state.")
+            filters.state = ""
+        if filters.age and filters.age not in _AGE_SPANS:
+            filters.problems.append(f"Unknown age {filters.age!r}: showing every age.")
+            filters.age = ""
+        if filters.sort not in SORTS:
+            filters.problems.append(f"Unknown order {filters.sort!r}: by deadline.")
+            filters.sort = "deadline"
+        after = query.get("after", "")
+        if after:
+            filters.after = _parse_cursor(after, sort=filters.sort)
+            if filters.after is None:
+                filters.problems.append("That page link is broken: showing the first page.")
+        return filters
+
+
+def board_tasks(*, user: User, filters: Filters, now: datetime.datetime,
+                size: int = PAGE_SIZE) -> tuple[list[Task], str | None]:
+    """Return one page of the open tasks the user supervises, and the next page's cursor."""
+    tasks = (visible_tasks(user=user).filter(state__in=OPEN_STATES)
+             .select_related("skill", "assignee"))
+    if filters.skill:
+        tasks = tasks.filter(skill__slug=filters.skill)
+    if filters.state:
+        tasks = tasks.filter(state=filters.state)
+    if filters.process:
+        tasks = tasks.filter(process_name=filters.process)
+    if filters.assignee == UNASSIGNED:
+        tasks = tasks.filter(assignee__isnull=True)
+    elif filters.assignee:
+        tasks = tasks.filter(assignee__email__iexact=filters.assignee)
+    if filters.age:
+        tasks = tasks.filter(created_at__lte=now - _AGE_SPANS[filters.age])
+    column, descending = SORTS[filters.sort]
+    if filters.after is not None:
+        value, last_id = filters.after
+        if descending:
+            tasks = tasks.filter(Q(**{f"{column}__lt": value})
+                                 | Q(**{column: value, "id__lt": last_id}))
+        else:
+            tasks = tasks.filter(Q(**{f"{column}__gt": value})
+                                 | Q(**{column: value, "id__gt": last_id}))
+    prefix = "-" if descending else ""
+    rows = list(tasks.order_by(f"{prefix}{column}", f"{prefix}id")[:size + 1])
+    if len(rows) <= size:
+        return rows, None
+    last = rows[size - 1]
+    return rows[:size], _cursor(getattr(last, column), last.pk)
+
+
+def eligible_workers(*, task: Task) -> QuerySet[User]:
+    """Return active workers holding the task's skill at its proficiency, with their load."""
+    return (
+        User.objects.filter(
+            is_active=True,
+            worker_skills__skill_id=task.skill_id,
+            worker_skills__proficiency__gte=task.min_proficiency,
+        )
+        .filter(Q(groups__name=Role.WORKER) | Q(is_superuser=True))
+        .exclude(pk=task.assignee_id or 0)
+        .annotate(load=Count("held_tasks", filter=Q(held_tasks__state__in=HELD_STATES),
+                             distinct=True))
+        .order_by("email")
+    )
+
+
+def bulk_workers(*, skills: list[Skill]) -> QuerySet[User]:
+    """Return active workers holding any of the skills: who a bulk reassign may name."""
+    return (
+        User.objects.filter(is_active=True, worker_skills__skill__in=skills)
+        .filter(Q(groups__name=Role.WORKER) | Q(is_superuser=True))
+        .distinct().order_by("email")
+    )
+
+
+def _cursor(value: Any, pk: Any) -> str:
+    text = value.isoformat() if isinstance(value, datetime.datetime) else str(value)
+    return f"{text}~{pk}"
+
+
+def _parse_cursor(text: str, *, sort: str) -> tuple[Any, str] | None:
+    value_text, _, pk_text = text.rpartition("~")
+    try:
+        pk = str(uuid.UUID(pk_text))
+    except ValueError:
+        return None
+    column = SORTS[sort][0]
+    if column == "priority":
+        return (int(value_text), pk) if value_text.isdigit() else None
+    try:
+        value = parse_datetime(value_text)
+    except ValueError:
+        return None
+    if value is None:
+        return None
+    return (value if timezone.is_aware(value) else timezone.make_aware(value)), pk

@@ -1,0 +1,262 @@
+"""Supervisor pages: the board, and the supervisor actions on a task, one by one and in bulk.
+
+Each action calls one service of inbox.supervision (the same ones the supervisor API
+calls); none changes a task any other way. Every POST goes through Django's CSRF check.
+"""
+
+from typing import Any
+from uuid import UUID
+
+from django.contrib import messages
+from django.core.exceptions import PermissionDenied
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.utils import timezone
+from django.views.decorators.http import require_POST, require_safe
+
+from accounts.models import User
+from config.errors import InboxError, NotFound
+from inbox import board, supervision
+from inbox.models import OPEN_STATES, Task, TaskState
+from inbox.selectors import access_task, visible_tasks
+
+BULK_MAX = 500
+BULK_ACTIONS = {
+    "reassign": "Reassign",
+    "return": "Return to queue",
+    "extend": "Extend a clock",
+    "abort": "Abort",
+}
+DONE = {
+    "reassign": "Reassigned",
+    "return": "Returned to the queue",
+    "extend": "Extended",
+    "abort": "Aborted",
+}
+
+
+@require_safe
+def supervisor_board(request: HttpRequest) -> HttpResponse:
+    """Show per-skill counts and one page of the open tasks of the supervisor's skills."""
+    _need_supervisor(request)
+    now = timezone.now()
+    filters = board.Filters.from_query(request.GET)
+    skills = list(board.supervised_skills(user=request.user))
+    tasks, cursor = board.board_tasks(user=request.user, filters=filters, now=now)
+    next_query = None
+    if cursor:
+        query = request.GET.copy()
+        query["after"] = cursor
+        next_query = query.urlencode()
+    first_query = request.GET.copy()
+    first_query.pop("after", None)
+    return render(
+        request,
+        "supervisor/board.html",
+        {
+            "now": now,
+            "counts": board.skill_counts(skills=skills, now=now),
+            "tasks": tasks,
+            "filters": filters,
+            "paged": filters.after is not None,
+            "next_query": next_query,
+            "first_query": first_query.urlencode(),
+            "states": [(state.value, state.label) for state in OPEN_STATES],
+            "sorts": board.SORT_LABELS.items(),
+            "ages": board.AGES,
+            "workers": list(board.bulk_workers(skills=skills)),
+            "bulk_actions": BULK_ACTIONS.items(),
+            "clocks": supervision.CLOCKS,
+        },
+    )
+
+
+def supervisor_panel(request: HttpRequest, task: Task) -> dict[str, Any] | None:
+    """Return what the task page needs for the supervisor actions, or None if not a supervisor.
+
+    The task page calls this for every viewer; for one who may not manage the task it
+    costs one query (their roles).
+    """
+    if not task.is_open or not board.is_supervisor(user=request.user):
+        return None
+    try:
+        access_task(user=request.user, task_id=task.pk, action="manage")
+    except NotFound:
+        return None
+    running = [clock for clock in supervision.CLOCKS if _clock_running(task, clock)]
+    return {"workers": list(board.eligible_workers(task=task)), "clocks": running}
+
+
+@require_POST
+def task_reassign(request: HttpRequest, task_id: UUID) -> HttpResponse:
+    """Give the task to the chosen eligible worker."""
+    task = _managed_task(request, task_id)
+    try:
+        worker = _worker(request.POST.get("worker", ""))
+        supervision.task_reassign(supervisor=request.user, task_id=task.pk, worker=worker,
+                                  reason=request.POST.get("reason", ""),
+                                  expected_version=_version(request))
+    except InboxError as exc:
+        return _refused(request, task, exc)
+    messages.success(request, f"Reassigned to {worker.email}: {task.title}.")
+    return redirect("inbox:task", task_id=task.pk)
+
+
+@require_POST
+def task_return(request: HttpRequest, task_id: UUID) -> HttpResponse:
+    """Put the task back in its queue."""
+    task = _managed_task(request, task_id)
+    try:
+        supervision.task_return(supervisor=request.user, task_id=task.pk,
+                                reason=request.POST.get("reason", ""),
+                                expected_version=_version(request))
+    except InboxError as exc:
+        return _refused(request, task, exc)
+    messages.success(request, f"Returned to the queue: {task.title}.")
+    return redirect("inbox:task", task_id=task.pk)
+
+
+@require_POST
+def task_extend(request: HttpRequest, task_id: UUID) -> HttpResponse:
+    """Move one of the task's running clocks later by the posted minutes."""
+    task = _managed_task(request, task_id)
+    clock = request.POST.get("clock", "")
+    try:
+        supervision.task_extend(supervisor=request.user, task_id=task.pk, clock=clock,
+                                seconds=_minutes(request) * 60,
+                                reason=request.POST.get("reason", ""),
+                                expected_version=_version(request))
+    except InboxError as exc:
+        return _refused(request, task, exc)
+    messages.success(request, f"Extended the {clock} clock: {task.title}.")
+    return redirect("inbox:task", task_id=task.pk)
+
+
+@require_POST
+def task_abort(request: HttpRequest, task_id: UUID) -> HttpResponse:
+    """Abort the task: its execution hears it timed out, with the reason."""
+    task = _managed_task(request, task_id)
+    try:
+        supervision.task_abort_by(supervisor=request.user, task_id=task.pk,
+                                  reason=request.POST.get("reason", ""),
+                                  expected_version=_version(request))
+    except InboxError as exc:
+        return _refused(request, task, exc)
+    messages.success(request, f"Aborted: {task.title}.")
+    return redirect("inbox:task", task_id=task.pk)
+
+
+@require_POST
+def tasks_bulk(request: HttpRequest) -> HttpResponse:
+    """Apply one action to every checked task; say how each one went."""
+    _need_supervisor(request)
+    back = reverse("inbox:supervisor")
+    filters = request.POST.get("filters", "")
+    if filters and "\n" not in filters and "\r" not in filters:
+        back = f"{back}?{filters}"
+    action = request.POST.get("action", "")
+    ids = request.POST.getlist("task")
+    if action not in BULK_ACTIONS:
+        messages.error(request, "Choose what to do with the checked tasks.")
+        return redirect(back)
+    if not ids:
+        messages.error(request, "Check at least one task.")
+        return redirect(back)
+    if len(ids) > BULK_MAX:
+        messages.error(request, f"At most {BULK_MAX} tasks at once.")
+        return redirect(back)
+    try:
+        service, arguments = _bulk_action(request, action)
+    except InboxError as exc:
+        messages.error(request, exc.message)
+        return redirect(back)
+    outcomes = supervision.tasks_bulk(supervisor=request.user, task_ids=ids, action=service,
+                                      reason=request.POST.get("reason", ""), **arguments)
+    titles = _titles(request, ids)
+    done = [titles.get(task_id, task_id) for task_id, outcome in outcomes.items()
+            if outcome == "ok"]
+    if done:
+        messages.success(request, f"{DONE[action]} {len(done)} of {len(ids)}: "
+                                  f"{', '.join(done)}.")
+    for task_id, outcome in outcomes.items():
+        if outcome != "ok":
+            messages.error(request, f"{titles.get(task_id, task_id)}: {outcome}")
+    return redirect(back)
+
+
+def _bulk_action(request: HttpRequest, action: str) -> tuple[Any, dict[str, Any]]:
+    """Return the service of the bulk action and its arguments besides the reason."""
+    if action == "reassign":
+        return supervision.task_reassign, {"worker": _worker(request.POST.get("worker", ""))}
+    if action == "extend":
+        return supervision.task_extend, {"clock": request.POST.get("clock", ""),
+                                         "seconds": _minutes(request) * 60}
+    if action == "return":
+        return supervision.task_return, {}
+    return supervision.task_abort_by, {}
+
+
+def _titles(request: HttpRequest, ids: list[str]) -> dict[str, str]:
+    """Return the titles of the tasks among ids the user may see, by id."""
+    valid = []
+    for task_id in ids:
+        try:
+            valid.append(UUID(task_id))
+        except ValueError:
+            continue
+    return {str(pk): title for pk, title in
+            visible_tasks(user=request.user).filter(pk__in=valid)
+            .values_list("pk", "title")}
+
+
+def _need_supervisor(request: HttpRequest) -> None:
+    if not board.is_supervisor(user=request.user):
+        raise PermissionDenied("Only supervisors and admins see the supervisor board.")
+
+
+def _managed_task(request: HttpRequest, task_id: UUID) -> Task:
+    """Return the task if the user supervises it; any other task does not exist for them."""
+    try:
+        return access_task(user=request.user, task_id=task_id, action="manage")
+    except NotFound:
+        raise Http404("No such task.") from None
+
+
+def _worker(value: str) -> User:
+    try:
+        worker = User.objects.filter(pk=int(value), is_active=True).first()
+    except ValueError:
+        worker = None
+    if worker is None:
+        raise InboxError("Choose a worker to give the task to.")
+    return worker
+
+
+def _minutes(request: HttpRequest) -> int:
+    try:
+        return int(request.POST.get("minutes", ""))
+    except ValueError:
+        raise InboxError("Say by how many minutes to extend the clock.") from None
+
+
+def _clock_running(task: Task, clock: str) -> bool:
+    if clock == "offer":
+        return task.state == TaskState.OFFERED and task.offer_deadline is not None
+    if clock == "work":
+        return task.state == TaskState.IN_PROGRESS and task.work_deadline is not None
+    return task.overall_deadline is not None
+
+
+def _version(request: HttpRequest) -> int | None:
+    """Return the task version the posted page showed, so a stale page is refused."""
+    try:
+        return int(request.POST["version"])
+    except (KeyError, ValueError):
+        return None
+
+
+def _refused(request: HttpRequest, task: Task, exc: InboxError) -> HttpResponse:
+    """Say why an action was refused, on the task's page as it is now."""
+    messages.error(request, exc.message)
+    return redirect("inbox:task", task_id=task.pk)

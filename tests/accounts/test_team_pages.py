@@ -1,0 +1,276 @@
+import re
+
+import pytest
+from django.db import connection
+from django.test import Client
+from django.test.utils import CaptureQueriesContext
+
+from accounts.models import Availability, Skill, User, WorkerSkill
+from accounts.roles import Role
+from accounts.services import worker_skill_set
+from accounts.views import PAGE_SIZE
+from inbox.intake import intake_message
+from inbox.models import IntakeError
+from processes import aws
+from processes.services import process_deploy
+from tests.factories import envelope, sqs_message
+from tests.processes.lifecycle import unique_name, wait_spec
+from tests.sfn import unique
+
+
+@pytest.fixture
+def browser_for():
+    """Return a function giving a test client signed in as the user."""
+
+    def signed_in(user, **kwargs) -> Client:
+        client = Client(**kwargs)
+        client.force_login(user)
+        return client
+
+    return signed_in
+
+
+@pytest.fixture
+def admin(make_user):
+    return make_user(roles=(Role.ADMIN,), email="root@example.com")
+
+
+@pytest.fixture
+def ana(make_worker, review_skill, approval_skill):
+    return make_worker({"invoice-review": 2}, email="ana@example.com")
+
+
+def held(worker: User) -> dict[str, int]:
+    return dict(WorkerSkill.objects.filter(worker=worker)
+                .values_list("skill__slug", "proficiency"))
+
+
+def messages_of(response) -> list[str]:
+    return [str(m) for m in response.context["messages"]]
+
+
+def row_post(**values: str) -> dict[str, str]:
+    """A whole row as the page posts it: every skill, availability and capacity."""
+    row = {"skill-finance-approval": "", "skill-invoice-review": "2",
+           "availability": "available", "capacity": "3"}
+    row.update(values)
+    return row
+
+
+# Who sees the pages ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("role", [Role.WORKER, Role.SUPERVISOR])
+def test_the_team_pages_do_not_exist_for_workers_and_supervisors(
+    role, make_user, ana, browser_for
+):
+    client = browser_for(make_user(roles=(role,)))
+    for path in ["/team/skills/", "/team/intake/", "/team/processes/"]:
+        assert client.get(path).status_code == 404, path
+    assert client.post("/team/intake/redrive/").status_code == 404
+    response = client.post(f"/team/skills/{ana.pk}/", row_post(**{"skill-invoice-review": "5"}))
+    assert response.status_code == 404
+    assert held(ana) == {"invoice-review": 2}
+
+
+def test_signed_out_visitors_are_sent_to_sign_in(client, ana):
+    response = client.get("/team/skills/")
+    assert response.status_code == 302
+    assert response["Location"].startswith("/accounts/login/")
+
+
+def test_the_matrix_shows_workers_by_email_and_skills_with_proficiency(
+    admin, ana, make_worker, browser_for
+):
+    make_worker({"finance-approval": 5}, email="bo@example.com")
+    page = browser_for(admin).get("/team/skills/")
+    assert page.status_code == 200
+    rows = page.context["rows"]
+    assert [row.worker.email for row in rows] == ["ana@example.com", "bo@example.com"]
+    assert [[cell.value for cell in row.cells] for row in rows] == [["", "2"], ["5", ""]]
+    html = page.content.decode()
+    assert 'aria-label="Invoice review of ana@example.com"' in html
+    assert "accounts/team.js" in html  # the script of these pages, and only these
+    assert "accounts/team.js" not in browser_for(ana).get("/").content.decode()
+
+
+# Edits ---------------------------------------------------------------------------------------
+
+
+def test_an_admin_grants_changes_and_removes_skills_and_reads_them_back(
+    admin, ana, browser_for
+):
+    client = browser_for(admin)
+    response = client.post(f"/team/skills/{ana.pk}/", row_post(
+        **{"skill-finance-approval": "4", "focus": "skill-finance-approval"}), follow=True)
+    assert held(ana) == {"finance-approval": 4, "invoice-review": 2}
+    assert messages_of(response) == ["Saved ana@example.com: Finance approval 4."]
+    html = response.content.decode()
+    assert re.search(r'id="c-\d+-skill-finance-approval"[^>]* autofocus', html)
+    assert [cell.value for cell in response.context["rows"][0].cells] == ["4", "2"]
+
+    response = client.post(f"/team/skills/{ana.pk}/", row_post(
+        **{"skill-finance-approval": "4", "skill-invoice-review": "5"}), follow=True)
+    assert messages_of(response) == ["Saved ana@example.com: Invoice review 5."]
+    assert held(ana) == {"finance-approval": 4, "invoice-review": 5}
+    response = client.post(f"/team/skills/{ana.pk}/", row_post(
+        **{"skill-finance-approval": "", "skill-invoice-review": "5"}), follow=True)
+    assert held(ana) == {"invoice-review": 5}
+    assert messages_of(response) == ["Saved ana@example.com: Finance approval removed."]
+
+
+def test_an_admin_sets_availability_and_capacity(admin, ana, browser_for):
+    client = browser_for(admin)
+    response = client.post(f"/team/skills/{ana.pk}/",
+                           row_post(availability="away", capacity="7"), follow=True)
+    ana.refresh_from_db()
+    assert (ana.availability, ana.capacity) == (Availability.AWAY, 7)
+    assert messages_of(response) == ["Saved ana@example.com: away, capacity 7."]
+    row = response.context["rows"][0]
+    assert (row.availability, row.capacity) == ("away", "7")
+    response = client.post(f"/team/skills/{ana.pk}/",
+                           row_post(availability="away", capacity="7"), follow=True)
+    assert messages_of(response) == ["Nothing changed for ana@example.com."]
+
+
+@pytest.mark.parametrize(("field", "value", "error"), [
+    ("capacity", "101", "Capacity must be a whole number from 0 to 100."),
+    ("capacity", "-1", "Capacity must be a whole number from 0 to 100."),
+    ("capacity", "lots", "Capacity must be a whole number from 0 to 100."),
+    ("availability", "asleep", "Choose available or away."),
+    ("skill-invoice-review", "6", "Proficiency must be from 1 to 5."),
+    ("skill-invoice-review", "0", "Proficiency must be from 1 to 5."),
+])
+def test_a_bad_value_is_refused_at_its_cell_and_nothing_changes(
+    field, value, error, admin, ana, browser_for
+):
+    """The good values posted with the bad one are not saved either."""
+    response = browser_for(admin).post(f"/team/skills/{ana.pk}/", row_post(
+        **{"skill-finance-approval": "3", field: value}))
+    assert response.status_code == 400
+    html = response.content.decode()
+    assert (f'<p class="field-error" id="c-{ana.pk}-{field}-error">{error}</p>') in html
+    assert re.search(rf'id="c-{ana.pk}-{field}"[^>]* aria-invalid="true" '
+                     rf'aria-describedby="c-{ana.pk}-{field}-error"[^>]* autofocus', html)
+    assert messages_of(response) == [f"Nothing saved for ana@example.com: {error}"]
+    ana.refresh_from_db()
+    assert held(ana) == {"invoice-review": 2}
+    assert (ana.availability, ana.capacity) == (Availability.AVAILABLE, 3)
+
+
+def test_every_post_needs_the_csrf_token(admin, ana, browser_for):
+    client = browser_for(admin, enforce_csrf_checks=True)
+    data = row_post(**{"skill-invoice-review": "5"}, capacity="9")
+    assert client.post(f"/team/skills/{ana.pk}/", data).status_code == 403
+    assert held(ana) == {"invoice-review": 2}
+    page = client.get("/team/skills/").content.decode()
+    token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page).group(1)
+    response = client.post(f"/team/skills/{ana.pk}/", {**data, "csrfmiddlewaretoken": token})
+    assert response.status_code == 302
+    assert held(ana) == {"invoice-review": 5}
+
+
+# Pages and queries --------------------------------------------------------------------------
+
+
+def queries_of(client: Client, path: str) -> int:
+    with CaptureQueriesContext(connection) as queries:
+        assert client.get(path).status_code == 200
+    return len(queries)
+
+
+def make_workers(make_worker, count: int, start: int = 0) -> None:
+    skills = list(Skill.objects.order_by("slug"))
+    for number in range(start, start + count):
+        worker = make_worker(email=f"w{number:04d}@example.com")
+        worker_skill_set(worker=worker, skill=skills[number % len(skills)],
+                         proficiency=1 + number % 5)
+
+
+def test_the_skills_page_uses_the_same_queries_for_5_and_50_workers(
+    admin, make_worker, review_skill, approval_skill, browser_for,
+    django_assert_max_num_queries
+):
+    client = browser_for(admin)
+    make_workers(make_worker, 5)
+    small = queries_of(client, "/team/skills/")
+    make_workers(make_worker, 45, start=5)
+    with django_assert_max_num_queries(8):
+        large = queries_of(client, "/team/skills/")
+    assert large == small
+
+
+def test_more_than_a_page_of_workers_goes_on_by_keyset(
+    admin, make_worker, review_skill, browser_for
+):
+    make_workers(make_worker, PAGE_SIZE + 3)
+    client = browser_for(admin)
+    first = client.get("/team/skills/")
+    emails = [row.worker.email for row in first.context["rows"]]
+    assert len(emails) == PAGE_SIZE and emails[0] == "w0000@example.com"
+    assert first.context["next_after"] == emails[-1]
+    second = client.get("/team/skills/", {"after": emails[-1]})
+    assert [row.worker.email for row in second.context["rows"]] == [
+        f"w{number:04d}@example.com" for number in range(PAGE_SIZE, PAGE_SIZE + 3)]
+    assert second.context["next_after"] == ""
+
+
+# Intake errors and processes -----------------------------------------------------------------
+
+
+def test_intake_errors_are_listed_with_their_problems(admin, browser_for, review_skill):
+    """A message with an unknown skill is refused by the real intake and shows up here."""
+    message = sqs_message(envelope(skill="no-such-skill"))
+    assert intake_message(message=message) != "created"
+    error = IntakeError.objects.get()
+    assert error.message_id == message["MessageId"]
+    page = browser_for(admin).get("/team/intake/")
+    assert page.status_code == 200
+    html = page.content.decode()
+    assert f"<code>{error.message_id}</code>" in html
+    for problem in error.problems:
+        assert f"<li>{problem}</li>" in html
+    assert 'action="/team/intake/redrive/"' in html
+
+
+@pytest.fixture
+def queues(settings, emulator) -> dict[str, str]:
+    """Give the test an intake queue and dead-letter queue of its own."""
+    name = unique("team-intake")
+    settings.INBOX_INTAKE_QUEUE = name
+    settings.INBOX_INTAKE_DLQ = f"{name}-dlq"
+    return aws.intake_queues_ensure()
+
+
+@pytest.mark.emulator
+@pytest.mark.django_db(transaction=True)
+def test_redrive_moves_dead_letters_back_to_the_intake_queue(queues, admin, browser_for):
+    for _ in range(2):
+        aws.message_send(url=queues["dlq_url"], body="{}")
+    client = browser_for(admin, enforce_csrf_checks=True)
+    assert client.post("/team/intake/redrive/").status_code == 403
+    page = client.get("/team/intake/").content.decode()
+    token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page).group(1)
+    response = client.post("/team/intake/redrive/", {"csrfmiddlewaretoken": token},
+                           follow=True)
+    assert messages_of(response) == [
+        "Moved 2 message(s) from the dead-letter queue back to the intake queue."]
+    attributes = aws.queue_attributes(url=queues["queue_url"])
+    assert attributes["ApproximateNumberOfMessages"] == "2"
+    response = client.post("/team/intake/redrive/", {"csrfmiddlewaretoken": token},
+                           follow=True)
+    assert messages_of(response) == ["The dead-letter queue is empty."]
+
+
+@pytest.mark.emulator
+def test_processes_are_listed_with_their_versions(emulator, admin, browser_for):
+    name = unique_name()
+    process_deploy(text=wait_spec(name=name), source="a.yaml", user=admin)
+    newest, _ = process_deploy(text=wait_spec(name=name, version=2), source="a.yaml")
+    page = browser_for(admin).get("/team/processes/")
+    assert page.status_code == 200
+    html = page.content.decode()
+    assert f"<code>{name}</code>" in html
+    assert f"<code>{newest.state_machine_name}</code>" in html
+    assert html.index("v2 <span") < html.index("<td>v1</td>")  # newest first, marked current
+    assert "root@example.com" in html  # v1's deployer

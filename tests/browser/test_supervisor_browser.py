@@ -1,0 +1,84 @@
+"""A supervisor in a real browser: the board, its refresh, and a reassignment."""
+
+import datetime
+
+import pytest
+from django.utils import timezone
+
+from accounts.roles import Role
+from inbox import deadlines, dispatch
+from inbox.models import Task, TaskState
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+PASSWORD = "a-long-test-password-1"
+
+
+@pytest.fixture
+def problems(page):
+    """Collect script errors, CSP violations and failed loads; none may happen."""
+    seen: list[str] = []
+    page.on("pageerror", lambda error: seen.append(f"script error: {error}"))
+    page.on("console", lambda message: seen.append(message.text)
+            if message.type == "error" else None)
+    yield seen
+    assert seen == []
+
+
+def sign_in(page, email: str) -> None:
+    page.goto("/supervisor/")
+    page.wait_for_function("document.activeElement && document.activeElement.name === 'login'")
+    page.keyboard.type(email)
+    page.keyboard.press("Tab")
+    page.keyboard.type(PASSWORD)
+    page.keyboard.press("Enter")
+
+
+def test_supervisor_sees_an_escalated_task_and_reassigns_it(
+    page, screenshot, problems, make_task, make_worker
+):
+    make_worker({"invoice-review": 3}, roles=(Role.SUPERVISOR,), email="sam@example.com",
+                password=PASSWORD)
+    ana = make_worker({"invoice-review": 4}, email="ana@example.com")
+    bo = make_worker({"invoice-review": 2}, email="bo@example.com")
+    for number in range(4):
+        make_task(title=f"Review invoice INV-{number}", priority=40 + number)
+    dispatch.task_take_next(worker=bo)
+    stuck = make_task(title="Review invoice INV-99", onTimeout="escalate",
+                      timeouts={"offer": 60, "work": 60, "overall": 60, "escalation": 600})
+    deadlines.deadlines_sweep(now=timezone.now() + datetime.timedelta(seconds=120))
+    assert Task.objects.get(pk=stuck.pk).state == TaskState.ESCALATED
+
+    page.clock.install()  # the board's 15 s refresh runs when the test moves the clock
+    sign_in(page, "sam@example.com")
+    page.get_by_role("heading", name="Supervisor board", level=1).wait_for()
+    page.wait_for_load_state()
+    # Queued, offered, in progress, overdue (the escalation clock is running), escalated.
+    counts = page.locator("table.board-counts tbody tr").first
+    assert counts.locator("td").all_inner_texts()[:5] == ["3", "0", "1", "0", "1"]
+    row = page.locator("tr[data-nav-row]", has_text="INV-99")
+    assert row.locator(".state").inner_text() == "Escalated"
+    updated = page.locator("#board-updated time").get_attribute("datetime")
+
+    # The board refreshes itself: a task that arrives shows up without a reload.
+    make_task(title="Review invoice INV-100")
+    page.clock.run_for(16_000)
+    page.locator("tr[data-nav-row]", has_text="INV-100").wait_for()
+    assert page.locator("#board-updated time").get_attribute("datetime") != updated
+    screenshot(page, "supervisor-board")
+
+    # j moves to the first row (the soonest overall deadline: the escalated task); Enter opens.
+    page.keyboard.press("j")
+    page.keyboard.press("Enter")
+    page.get_by_role("heading", name="Review invoice INV-99", level=1).wait_for()
+    page.get_by_role("combobox", name="Worker").select_option(
+        label="ana@example.com (holds 0 of 3)")
+    page.locator("#reassign-reason").fill("Ana knows this supplier")
+    page.get_by_role("button", name="Reassign").click()
+    status = page.get_by_role("status")
+    status.get_by_text("Reassigned to ana@example.com").wait_for()
+    assert "Reassigned to ana@example.com: Review invoice INV-99." in status.inner_text()
+    stuck.refresh_from_db()
+    assert (stuck.state, stuck.assignee) == (TaskState.IN_PROGRESS, ana)
+    assert page.locator("table.history tbody tr").last.inner_text().count("Ana knows") == 1
+    screenshot(page, "supervisor-task")
