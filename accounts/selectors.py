@@ -7,13 +7,24 @@ from accounts.roles import Role
 
 
 def user_roles(*, user: User) -> set[Role]:
-    """Return the roles the user holds (a superuser holds all of them)."""
+    """Return the roles the user holds (a superuser holds all of them).
+
+    Remembered on the user object: a request asks several times (navigation, the view,
+    access checks) and roles change only through user_set_roles, which forgets them.
+    """
     if not user.is_authenticated:
         return set()
     if user.is_superuser:
         return set(Role)
-    names = user.groups.filter(name__in=Role.values).values_list("name", flat=True)
-    return {Role(name) for name in names}
+    cached = getattr(user, ROLES_CACHE, None)
+    if cached is None:
+        names = user.groups.filter(name__in=Role.values).values_list("name", flat=True)
+        cached = frozenset(Role(name) for name in names)
+        setattr(user, ROLES_CACHE, cached)
+    return set(cached)
+
+
+ROLES_CACHE = "_inbox_roles"
 
 
 def user_has_role(*, user: User, role: Role) -> bool:

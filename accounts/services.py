@@ -15,6 +15,7 @@ from accounts.models import (
     WorkerSkill,
 )
 from accounts.roles import Role
+from accounts.selectors import ROLES_CACHE
 from config.errors import InboxError
 
 
@@ -45,6 +46,7 @@ def user_set_roles(*, user: User, roles: Iterable[Role]) -> None:
     with transaction.atomic():
         user.groups.remove(*Group.objects.filter(name__in=Role.values))
         user.groups.add(*groups)
+        user.__dict__.pop(ROLES_CACHE, None)  # user_roles must read the new groups
         is_staff = Role.ADMIN in wanted or user.is_superuser
         if user.is_staff != is_staff:
             user.is_staff = is_staff

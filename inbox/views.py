@@ -14,10 +14,11 @@ from django.views.decorators.http import require_POST, require_safe
 
 from accounts.models import Dispatch
 from accounts.selectors import user_roles
-from config.errors import Conflict, InboxError, NotFound
+from config.errors import Conflict, NotFound
 from inbox import dispatch, services
 from inbox.answer_form import answer_from_post, bound_fields
 from inbox.models import Task, TaskState
+from inbox.page_actions import posted_version, refused
 from inbox.selectors import access_task, my_queues, my_tasks, task_history
 from inbox.views_supervisor import supervisor_panel
 from processes.forms import FormInvalid
@@ -73,7 +74,7 @@ def task_complete(request: HttpRequest, task_id: UUID) -> HttpResponse:
         form = services.task_form(task=task)
         answer = answer_from_post(form, request.POST)
         services.task_complete(worker=request.user, task_id=task.pk, answer=answer,
-                               expected_version=_version(request))
+                               expected_version=posted_version(request))
     except FormInvalid as exc:
         problems = "; ".join(
             f"{(form.field(name).label if form.field(name) else name)}: {message}"
@@ -82,7 +83,7 @@ def task_complete(request: HttpRequest, task_id: UUID) -> HttpResponse:
         messages.error(request, f"The answer needs another look. {problems}.")
         return task_page(request, task, values=answer, errors=exc.errors, status=400)
     except (Conflict, NotFound, services.UnknownForm) as exc:
-        return _refused(request, task, exc)
+        return refused(request, task, exc)
     messages.success(request, f"Completed: {task.title}.")
     return _open_next(request)
 
@@ -94,9 +95,9 @@ def task_reject(request: HttpRequest, task_id: UUID) -> HttpResponse:
     try:
         services.task_reject(worker=request.user, task_id=task.pk,
                              reason=request.POST.get("reason", ""),
-                             expected_version=_version(request))
+                             expected_version=posted_version(request))
     except (Conflict, NotFound) as exc:
-        return _refused(request, task, exc)
+        return refused(request, task, exc)
     messages.success(request, f"Rejected: {task.title}.")
     return _open_next(request)
 
@@ -108,9 +109,9 @@ def task_release(request: HttpRequest, task_id: UUID) -> HttpResponse:
     try:
         dispatch.task_release(worker=request.user, task_id=task.pk,
                               reason=request.POST.get("reason", ""),
-                              expected_version=_version(request))
+                              expected_version=posted_version(request))
     except (Conflict, NotFound) as exc:
-        return _refused(request, task, exc)
+        return refused(request, task, exc)
     messages.success(request, f"Released: {task.title}. It is back in its queue.")
     return redirect("inbox:home")
 
@@ -121,9 +122,9 @@ def task_claim(request: HttpRequest, task_id: UUID) -> HttpResponse:
     task = _visible_task(request, task_id)
     try:
         dispatch.task_claim(worker=request.user, task_id=task.pk,
-                            expected_version=_version(request))
+                            expected_version=posted_version(request))
     except (Conflict, NotFound) as exc:
-        return _refused(request, task, exc)
+        return refused(request, task, exc)
     return redirect("inbox:task", task_id=task.pk)
 
 
@@ -133,9 +134,9 @@ def task_accept(request: HttpRequest, task_id: UUID) -> HttpResponse:
     task = _visible_task(request, task_id)
     try:
         dispatch.task_accept(worker=request.user, task_id=task.pk,
-                             expected_version=_version(request))
+                             expected_version=posted_version(request))
     except (Conflict, NotFound) as exc:
-        return _refused(request, task, exc)
+        return refused(request, task, exc)
     messages.success(request, "Accepted. The work clock is running.")
     return redirect("inbox:task", task_id=task.pk)
 
@@ -147,9 +148,9 @@ def task_decline(request: HttpRequest, task_id: UUID) -> HttpResponse:
     try:
         dispatch.task_decline(worker=request.user, task_id=task.pk,
                               reason=request.POST.get("reason", ""),
-                              expected_version=_version(request))
+                              expected_version=posted_version(request))
     except (Conflict, NotFound) as exc:
-        return _refused(request, task, exc)
+        return refused(request, task, exc)
     messages.success(request, f"Declined: {task.title}. It will be offered to someone else.")
     return redirect("inbox:home")
 
@@ -204,20 +205,6 @@ def _visible_task(request: HttpRequest, task_id: UUID) -> Task:
         return access_task(user=request.user, task_id=task_id)
     except NotFound:
         raise Http404("No such task.") from None
-
-
-def _version(request: HttpRequest) -> int | None:
-    """Return the task version the posted page showed, so a stale page is refused."""
-    try:
-        return int(request.POST["version"])
-    except (KeyError, ValueError):
-        return None
-
-
-def _refused(request: HttpRequest, task: Task, exc: InboxError) -> HttpResponse:
-    """Say why an action was refused, on the task's page as it is now."""
-    messages.error(request, exc.message)
-    return redirect("inbox:task", task_id=task.pk)
 
 
 def _open_next(request: HttpRequest) -> HttpResponse:

@@ -19,6 +19,7 @@ from accounts.models import User
 from config.errors import InboxError, NotFound
 from inbox import board, supervision
 from inbox.models import OPEN_STATES, Task, TaskState
+from inbox.page_actions import posted_version, refused
 from inbox.selectors import access_task, visible_tasks
 
 BULK_MAX = 500
@@ -96,9 +97,9 @@ def task_reassign(request: HttpRequest, task_id: UUID) -> HttpResponse:
         worker = _worker(request.POST.get("worker", ""))
         supervision.task_reassign(supervisor=request.user, task_id=task.pk, worker=worker,
                                   reason=request.POST.get("reason", ""),
-                                  expected_version=_version(request))
+                                  expected_version=posted_version(request))
     except InboxError as exc:
-        return _refused(request, task, exc)
+        return refused(request, task, exc)
     messages.success(request, f"Reassigned to {worker.email}: {task.title}.")
     return redirect("inbox:task", task_id=task.pk)
 
@@ -110,9 +111,9 @@ def task_return(request: HttpRequest, task_id: UUID) -> HttpResponse:
     try:
         supervision.task_return(supervisor=request.user, task_id=task.pk,
                                 reason=request.POST.get("reason", ""),
-                                expected_version=_version(request))
+                                expected_version=posted_version(request))
     except InboxError as exc:
-        return _refused(request, task, exc)
+        return refused(request, task, exc)
     messages.success(request, f"Returned to the queue: {task.title}.")
     return redirect("inbox:task", task_id=task.pk)
 
@@ -126,9 +127,9 @@ def task_extend(request: HttpRequest, task_id: UUID) -> HttpResponse:
         supervision.task_extend(supervisor=request.user, task_id=task.pk, clock=clock,
                                 seconds=_minutes(request) * 60,
                                 reason=request.POST.get("reason", ""),
-                                expected_version=_version(request))
+                                expected_version=posted_version(request))
     except InboxError as exc:
-        return _refused(request, task, exc)
+        return refused(request, task, exc)
     messages.success(request, f"Extended the {clock} clock: {task.title}.")
     return redirect("inbox:task", task_id=task.pk)
 
@@ -140,9 +141,9 @@ def task_abort(request: HttpRequest, task_id: UUID) -> HttpResponse:
     try:
         supervision.task_abort_by(supervisor=request.user, task_id=task.pk,
                                   reason=request.POST.get("reason", ""),
-                                  expected_version=_version(request))
+                                  expected_version=posted_version(request))
     except InboxError as exc:
-        return _refused(request, task, exc)
+        return refused(request, task, exc)
     messages.success(request, f"Aborted: {task.title}.")
     return redirect("inbox:task", task_id=task.pk)
 
@@ -246,17 +247,3 @@ def _clock_running(task: Task, clock: str) -> bool:
     if clock == "work":
         return task.state == TaskState.IN_PROGRESS and task.work_deadline is not None
     return task.overall_deadline is not None
-
-
-def _version(request: HttpRequest) -> int | None:
-    """Return the task version the posted page showed, so a stale page is refused."""
-    try:
-        return int(request.POST["version"])
-    except (KeyError, ValueError):
-        return None
-
-
-def _refused(request: HttpRequest, task: Task, exc: InboxError) -> HttpResponse:
-    """Say why an action was refused, on the task's page as it is now."""
-    messages.error(request, exc.message)
-    return redirect("inbox:task", task_id=task.pk)

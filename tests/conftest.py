@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from django.conf import settings
 from django.db import connection
+from django.test import Client
 
 from accounts.models import Dispatch, User
 from accounts.roles import Role
@@ -152,3 +153,15 @@ def make_worker(make_user):
         return worker
 
     return make
+
+
+@pytest.fixture
+def browser_for():
+    """Return a function giving a test client signed in as the user."""
+
+    def signed_in(user, **kwargs) -> Client:
+        client = Client(**kwargs)
+        client.force_login(user)
+        return client
+
+    return signed_in

@@ -19,18 +19,6 @@ from tests.sfn import unique
 
 
 @pytest.fixture
-def browser_for():
-    """Return a function giving a test client signed in as the user."""
-
-    def signed_in(user, **kwargs) -> Client:
-        client = Client(**kwargs)
-        client.force_login(user)
-        return client
-
-    return signed_in
-
-
-@pytest.fixture
 def admin(make_user):
     return make_user(roles=(Role.ADMIN,), email="root@example.com")
 

@@ -4,10 +4,11 @@ import pytest
 
 from accounts.models import WorkerSkill
 from accounts.roles import Role
+from tests.browser import keyboard
+from tests.browser.keyboard import PASSWORD
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
-PASSWORD = "a-long-test-password-1"
 
 
 def watch(page) -> list[str]:
@@ -24,12 +25,7 @@ def watch(page) -> list[str]:
 
 
 def sign_in(page, email: str) -> None:
-    page.goto("/")
-    page.wait_for_function("document.activeElement && document.activeElement.name === 'login'")
-    page.keyboard.type(email)
-    page.keyboard.press("Tab")
-    page.keyboard.type(PASSWORD)
-    page.keyboard.press("Enter")
+    keyboard.sign_in(page, email, start="/")
     page.get_by_role("heading", name="My queues", level=1).wait_for()
     page.wait_for_load_state()
 

@@ -7,10 +7,11 @@ import pytest
 from accounts.roles import Role
 from inbox import dispatch
 from inbox.models import Task, TaskState
+from tests.browser import keyboard
+from tests.browser.keyboard import PASSWORD
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
-PASSWORD = "a-long-test-password-1"
 
 
 @pytest.fixture
@@ -32,12 +33,7 @@ def problems(page):
 
 
 def sign_in(page, email: str) -> None:
-    page.goto("/")
-    page.wait_for_function("document.activeElement && document.activeElement.name === 'login'")
-    page.keyboard.type(email)
-    page.keyboard.press("Tab")
-    page.keyboard.type(PASSWORD)
-    page.keyboard.press("Enter")
+    keyboard.sign_in(page, email, start="/")
     at_home(page)
 
 

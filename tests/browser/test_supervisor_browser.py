@@ -8,10 +8,11 @@ from django.utils import timezone
 from accounts.roles import Role
 from inbox import deadlines, dispatch
 from inbox.models import Task, TaskState
+from tests.browser import keyboard
+from tests.browser.keyboard import PASSWORD
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
-PASSWORD = "a-long-test-password-1"
 
 
 @pytest.fixture
@@ -26,12 +27,7 @@ def problems(page):
 
 
 def sign_in(page, email: str) -> None:
-    page.goto("/supervisor/")
-    page.wait_for_function("document.activeElement && document.activeElement.name === 'login'")
-    page.keyboard.type(email)
-    page.keyboard.press("Tab")
-    page.keyboard.type(PASSWORD)
-    page.keyboard.press("Enter")
+    keyboard.sign_in(page, email, start="/supervisor/")
 
 
 def test_supervisor_sees_an_escalated_task_and_reassigns_it(

@@ -18,18 +18,6 @@ def worker(make_worker, review_skill):
     return make_worker({"invoice-review": 3})
 
 
-@pytest.fixture
-def browser_for():
-    """Return a function giving a test client signed in as the user."""
-
-    def signed_in(user, **kwargs) -> Client:
-        client = Client(**kwargs)
-        client.force_login(user)
-        return client
-
-    return signed_in
-
-
 def held(worker) -> Task:
     return Task.objects.get(assignee=worker, state=TaskState.IN_PROGRESS)
 

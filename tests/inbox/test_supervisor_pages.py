@@ -4,7 +4,6 @@ import re
 import pytest
 from django.conf import settings
 from django.db import connection
-from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
@@ -23,18 +22,6 @@ def supervisor(make_worker, review_skill):
 @pytest.fixture
 def worker(make_worker, review_skill):
     return make_worker({"invoice-review": 3})
-
-
-@pytest.fixture
-def browser_for():
-    """Return a function giving a test client signed in as the user."""
-
-    def signed_in(user, **kwargs) -> Client:
-        client = Client(**kwargs)
-        client.force_login(user)
-        return client
-
-    return signed_in
 
 
 def messages_of(response) -> list[str]:

@@ -1,0 +1,13 @@
+"""Helpers for browser tests that work the way people do: with the keyboard."""
+
+PASSWORD = "a-long-test-password-1"
+
+
+def sign_in(page, email: str, *, start: str = "/") -> None:
+    """Open start, get sent to sign-in, and sign in with the keyboard alone."""
+    page.goto(start)
+    page.wait_for_function("document.activeElement && document.activeElement.name === 'login'")
+    page.keyboard.type(email)
+    page.keyboard.press("Tab")
+    page.keyboard.type(PASSWORD)
+    page.keyboard.press("Enter")
