@@ -5,6 +5,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils.html import format_html, format_html_join
 
+from config.admin import ReadOnlyModelAdmin
 from config.errors import ExternalServiceError
 from inbox.callbacks import outbox_requeue
 from inbox.intake import intake_redrive
@@ -68,7 +69,7 @@ class IntakeErrorAdmin(admin.ModelAdmin):
 
 
 @admin.register(ProcessFailure)
-class ProcessFailureAdmin(admin.ModelAdmin):
+class ProcessFailureAdmin(ReadOnlyModelAdmin):
     """Executions that took their failure branch, as their notices reported them."""
 
     list_display = ["received_at", "process_name", "process_version", "error", "execution_arn"]
@@ -78,15 +79,6 @@ class ProcessFailureAdmin(admin.ModelAdmin):
     fields = ["received_at", "process_name", "process_version", "execution_arn", "error",
               "cause", "message_id"]
     readonly_fields = fields
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
-        return False
 
 
 # Tasks, their history and callbacks ------------------------------------------------------------
@@ -105,7 +97,7 @@ class TaskEventInline(admin.TabularInline):
 
 
 @admin.register(Task)
-class TaskAdmin(admin.ModelAdmin):
+class TaskAdmin(ReadOnlyModelAdmin):
     """Tasks, read-only: state changes go through the services, never through the admin.
 
     The token fields are never listed, shown or searchable.
@@ -125,18 +117,9 @@ class TaskAdmin(admin.ModelAdmin):
     readonly_fields = fields
     inlines = [TaskEventInline]
 
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
-        return False
-
 
 @admin.register(Outbox)
-class OutboxAdmin(admin.ModelAdmin):
+class OutboxAdmin(ReadOnlyModelAdmin):
     """Callbacks to Step Functions: what was sent, what is waiting, what is dead and why."""
 
     list_display = ["created_at", "task", "kind", "status", "attempts", "next_attempt_at",
@@ -147,15 +130,6 @@ class OutboxAdmin(admin.ModelAdmin):
               "sent_at", "last_error", "error", "cause", "output", "created_at"]
     readonly_fields = fields
     actions = ["requeue"]
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
-        return False
 
     def has_requeue_permission(self, request: HttpRequest) -> bool:
         return request.user.has_perm("inbox.view_outbox") and request.user.is_staff

@@ -6,20 +6,8 @@ from django.contrib import admin
 from django.http import HttpRequest
 from django.utils.html import format_html
 
+from config.admin import ReadOnlyModelAdmin
 from processes.models import Execution, Process, ProcessVersion
-
-
-class _ReadOnlyAdmin(admin.ModelAdmin):
-    """Show rows; never add, change or delete them (deploy and start through the services)."""
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
-        return False
 
 
 def _pretty_json(value: object) -> str:
@@ -42,14 +30,14 @@ class ProcessVersionInline(admin.TabularInline):
 
 
 @admin.register(Process)
-class ProcessAdmin(_ReadOnlyAdmin):
+class ProcessAdmin(ReadOnlyModelAdmin):
     list_display = ["name", "created_at"]
     search_fields = ["name"]
     inlines = [ProcessVersionInline]
 
 
 @admin.register(ProcessVersion)
-class ProcessVersionAdmin(_ReadOnlyAdmin):
+class ProcessVersionAdmin(ReadOnlyModelAdmin):
     list_display = ["process", "version", "state_machine_name", "deployed_by", "deployed_at"]
     list_filter = ["process"]
     list_select_related = ["process", "deployed_by"]
@@ -78,7 +66,7 @@ class ProcessVersionAdmin(_ReadOnlyAdmin):
 
 
 @admin.register(Execution)
-class ExecutionAdmin(_ReadOnlyAdmin):
+class ExecutionAdmin(ReadOnlyModelAdmin):
     list_display = [
         "business_key",
         "process",
