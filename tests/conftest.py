@@ -15,9 +15,12 @@ from django.test import Client
 from accounts.models import Dispatch, User
 from accounts.roles import Role
 from accounts.services import skill_ensure, user_create, worker_skill_set
+from config.celery import app as celery_app
 from inbox.models import Task
 from inbox.tokens import token_digest
+from processes import aws
 from tests.factories import envelope, sqs_message
+from tests.sfn import unique
 
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = "/usr/bin/chromium"
@@ -165,3 +168,22 @@ def browser_for():
         return client
 
     return signed_in
+
+
+@pytest.fixture
+def eager_celery() -> Iterator[None]:
+    """Run Celery tasks in the caller, as soon as they are enqueued."""
+    previous = celery_app.conf.task_always_eager
+    celery_app.conf.task_always_eager = True
+    try:
+        yield
+    finally:
+        celery_app.conf.task_always_eager = previous
+
+
+@pytest.fixture
+def private_intake(emulator, settings) -> None:
+    """A queue of this test's own, so other tests' messages never reach its intake."""
+    settings.INBOX_INTAKE_QUEUE = unique("intake")
+    settings.INBOX_INTAKE_DLQ = f"{settings.INBOX_INTAKE_QUEUE}-dlq"
+    aws.intake_queues_ensure()

@@ -27,7 +27,6 @@ from django.utils import timezone
 
 from accounts.models import User
 from accounts.services import skill_ensure, worker_skill_set
-from config.celery import app as celery_app
 from inbox import lifecycle
 from inbox.callback_history import history_task_outcome
 from inbox.callbacks import (
@@ -193,17 +192,6 @@ def spy(monkeypatch) -> SendTaskSpy:
 def fast_retries(settings) -> None:
     """Retries are due at once (zero backoff), so a test need not wait for them."""
     settings.INBOX_CALLBACK_BACKOFF_BASE_SECONDS = 0
-
-
-@pytest.fixture
-def eager_celery() -> Iterator[None]:
-    """Run Celery tasks in the caller, as soon as they are enqueued."""
-    previous = celery_app.conf.task_always_eager
-    celery_app.conf.task_always_eager = True
-    try:
-        yield
-    finally:
-        celery_app.conf.task_always_eager = previous
 
 
 class RawRecords(logging.Handler):

@@ -13,7 +13,6 @@ import json
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -24,7 +23,6 @@ from django.utils import timezone
 from accounts.models import Availability
 from accounts.roles import Role
 from accounts.services import worker_set_availability, worker_set_capacity
-from config.celery import app as celery_app
 from config.errors import Conflict, NotFound
 from inbox import dispatch, services, supervision
 from inbox.callbacks import callback_send
@@ -71,25 +69,6 @@ def clock(monkeypatch) -> Clock:
     controlled = Clock(timezone.now().replace(microsecond=0))
     monkeypatch.setattr(timezone, "now", controlled)
     return controlled
-
-
-@pytest.fixture
-def eager_celery() -> Iterator[None]:
-    """Run Celery tasks in the caller, as soon as they are enqueued."""
-    previous = celery_app.conf.task_always_eager
-    celery_app.conf.task_always_eager = True
-    try:
-        yield
-    finally:
-        celery_app.conf.task_always_eager = previous
-
-
-@pytest.fixture
-def private_intake(emulator, settings) -> None:
-    """A queue of this test's own, so other tests' messages never reach its intake."""
-    settings.INBOX_INTAKE_QUEUE = unique("clocks-intake")
-    settings.INBOX_INTAKE_DLQ = f"{settings.INBOX_INTAKE_QUEUE}-dlq"
-    aws.intake_queues_ensure()
 
 
 @pytest.fixture

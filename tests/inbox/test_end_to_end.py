@@ -17,21 +17,12 @@ from inbox.callbacks import callback_send
 from inbox.intake import intake_poll
 from inbox.models import Outbox, OutboxStatus, Task, TaskState
 from inbox.tokens import token_decrypt
-from processes import aws
 from processes.services import process_deploy, process_start
 from tests.sfn import execution_wait, unique
 
 pytestmark = pytest.mark.emulator
 SPECS = Path(__file__).resolve().parents[2] / "processes" / "specs"
 INVOICE = {"invoice_id": "INV-77", "supplier": "Globex", "amount": 18250, "currency": "EUR"}
-
-
-@pytest.fixture
-def private_intake(emulator, settings):
-    """A queue of this test's own, so other tests' messages never reach its intake."""
-    settings.INBOX_INTAKE_QUEUE = unique("e2e-intake")
-    settings.INBOX_INTAKE_DLQ = f"{settings.INBOX_INTAKE_QUEUE}-dlq"
-    aws.intake_queues_ensure()
 
 
 class Recorder:
