@@ -1,0 +1,340 @@
+"""Shared helpers of the bench scripts: a scratch PostgreSQL database, settings that send
+nothing anywhere, bulk-loaded tasks and workers, percentiles, tables and the machine.
+
+Call bench_environment() before importing anything of Django, then scratch_database():
+
+    from _common import bench_environment, scratch_database
+    bench_environment()
+    with scratch_database("inbox_bench_mine") as url:
+        ...   # django is set up and migrated on a fresh database named inbox_bench_mine
+
+Benchmarks print figures and assert nothing about time (docs/BENCHMARKS.md).
+"""
+
+import contextlib
+import math
+import os
+import platform
+import secrets
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+# The task columns a bulk insert must fill, and the SQL expression of each (n is the row
+# number from generate_series). tasks_insert() takes overrides of any of them.
+TASK_DEFAULTS: dict[str, str] = {
+    "id": "gen_random_uuid()",
+    "state": "'queued'",
+    "version": "1",
+    "token_ciphertext": "'\\x00'::bytea",
+    # Unique, 64 characters, like a real keyed digest.
+    "token_digest": "replace(gen_random_uuid()::text, '-', '') "
+                    "|| replace(gen_random_uuid()::text, '-', '')",
+    "execution_arn": "'arn:aws:states:us-east-1:123456789012:execution:bench:' || n",
+    "stage": "'review'",
+    "process_name": "'bench'",
+    "process_version": "1",
+    "skill_id": "NULL",
+    "min_proficiency": "1",
+    "title": "'Task ' || n",
+    "form": "'approve-reject'",
+    "input": "'{}'::jsonb",
+    "priority": "n % 100",
+    "exclude_workers_of": "'[]'::jsonb",
+    "offer_seconds": "300",
+    "work_seconds": "1800",
+    "overall_seconds": "86400",
+    "on_timeout": "'abort'",
+    "entered_at": "now()",
+    # Distinct creation times, oldest first, so queue order is well defined.
+    "created_at": "now() - interval '1 day' + n * interval '1 millisecond'",
+    "assignee_id": "NULL",
+    "offer_deadline": "NULL",
+    "work_deadline": "NULL",
+    "overall_deadline": "now() + interval '1 day'",
+    "reason": "''",
+}
+
+
+def bench_environment(*, broker: str = "memory://") -> None:
+    """Set the environment the bench processes (and any gunicorn they start) run with.
+
+    Production-like settings (DEBUG off: no query log), throwaway keys, a Celery broker
+    that delivers nothing (kombu's in-process memory transport: a .delay() after commit
+    lands in this process's memory and no worker ever runs it) and a Step Functions
+    endpoint where nothing listens, so an accidental AWS call fails loudly instead of
+    reaching an emulator or AWS.
+    """
+    env = os.environ
+    env["DJANGO_SETTINGS_MODULE"] = "config.settings"
+    env["DJANGO_DEBUG"] = "false"
+    env.setdefault("DJANGO_SECRET_KEY", secrets.token_urlsafe(50))
+    env.setdefault("INBOX_TOKEN_KEYS", _fernet_key())
+    env.setdefault("INBOX_TOKEN_DIGEST_KEY", secrets.token_urlsafe(32))
+    env["DJANGO_ALLOWED_HOSTS"] = "127.0.0.1,localhost"
+    env["DJANGO_SECURE_SSL_REDIRECT"] = "false"
+    env["DJANGO_SECURE_COOKIES"] = "false"
+    env["INBOX_STATIC_MANIFEST"] = "false"
+    env["CELERY_BROKER_URL"] = broker
+    env["INBOX_EMULATOR"] = "true"
+    env["INBOX_EMULATOR_PORT"] = str(closed_port())
+    env.setdefault("LOG_LEVEL", "WARNING")
+    env.setdefault("INBOX_VAR_DIR", str(ROOT / "var" / "bench"))
+
+
+def _fernet_key() -> str:
+    import base64
+
+    return base64.urlsafe_b64encode(secrets.token_bytes(32)).decode()
+
+
+def closed_port() -> int:
+    """Return a local TCP port nothing listens on (bound, then released)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def free_port() -> int:
+    return closed_port()
+
+
+def server_url() -> str:
+    """Return DATABASE_URL, which must name a PostgreSQL server; exit otherwise."""
+    url = os.environ.get("DATABASE_URL", "")
+    if urlsplit(url).scheme not in ("postgres", "postgresql", "pgsql"):
+        sys.exit("The benchmarks run on PostgreSQL only: set DATABASE_URL=postgres://"
+                 "user@host:5432/anydb (its server is used; the database is not touched).")
+    return url
+
+
+def database_url(name: str) -> str:
+    """Return DATABASE_URL with its database name replaced by name."""
+    parts = urlsplit(server_url())
+    return urlunsplit((parts.scheme, parts.netloc, f"/{name}", parts.query, parts.fragment))
+
+
+def _admin_connect() -> "object":
+    import psycopg
+
+    return psycopg.connect(_libpq_url(database_url("postgres")), autocommit=True)
+
+
+def _libpq_url(url: str) -> str:
+    parts = urlsplit(url)
+    return urlunsplit(("postgresql", parts.netloc, parts.path, parts.query, parts.fragment))
+
+
+def libpq_url() -> str:
+    """Return the current DATABASE_URL in a form psycopg.connect() accepts."""
+    return _libpq_url(os.environ["DATABASE_URL"])
+
+
+def database_create(name: str) -> None:
+    """Create database name, dropping it first if a previous run left it."""
+    if not name.startswith("inbox_bench"):
+        raise ValueError(f"Refusing to (re)create {name!r}: bench databases are inbox_bench*.")
+    with _admin_connect() as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{name}"')
+
+
+def database_drop(name: str) -> None:
+    if not name.startswith("inbox_bench"):
+        raise ValueError(f"Refusing to drop {name!r}: bench databases are inbox_bench*.")
+    with _admin_connect() as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@contextlib.contextmanager
+def scratch_database(name: str, *, keep: bool = False) -> Iterator[str]:
+    """Create database name on DATABASE_URL's server, point Django at it, migrate it.
+
+    Yield its URL (also left in os.environ["DATABASE_URL"] for subprocesses); drop the
+    database afterwards unless keep.
+    """
+    url = database_url(name)
+    database_create(name)
+    os.environ["DATABASE_URL"] = url
+    try:
+        import django
+        from django.core.management import call_command
+
+        django.setup()
+        call_command("migrate", verbosity=0, interactive=False)
+        yield url
+    finally:
+        from django.db import connections
+
+        connections.close_all()
+        if not keep:
+            database_drop(name)
+
+
+# Bulk loading ---------------------------------------------------------------------------
+
+
+def tasks_insert(cursor: "object", *, count: int, start: int = 1,
+                 **columns: str) -> None:
+    """Insert count tasks with one INSERT ... SELECT generate_series(start, start+count-1).
+
+    Each keyword overrides a column's SQL expression of TASK_DEFAULTS (n is the row
+    number); skill_id has no usable default and must be given.
+    """
+    unknown = set(columns) - set(TASK_DEFAULTS)
+    if unknown:
+        raise ValueError(f"Not task columns: {sorted(unknown)}")
+    expressions = {**TASK_DEFAULTS, **columns}
+    if expressions["skill_id"] == "NULL":
+        raise ValueError("tasks_insert needs skill_id (an SQL expression of n).")
+    names = ", ".join(expressions)
+    values = ",\n       ".join(expressions.values())
+    # No query parameters: the expressions may use % (modulo) freely.
+    cursor.execute(
+        f"INSERT INTO inbox_task ({names})\nSELECT {values}\n"
+        f"FROM generate_series({int(start)}::bigint, {int(start) + int(count) - 1}::bigint) AS n"
+    )
+
+
+def cycle(ids: Sequence[int], by: str = "n") -> str:
+    """Return the SQL expression of ids[by % len(ids)] (spread rows over skills, workers)."""
+    array = ",".join(str(int(i)) for i in ids)
+    return f"(ARRAY[{array}]::bigint[])[1 + ({by}) % {len(ids)}]"
+
+
+def skills_create(count: int, *, dispatch: str = "pull", prefix: str = "bench") -> list[int]:
+    """Create count skills named prefix-000...; return their ids in order."""
+    from accounts.models import Skill
+
+    skills = Skill.objects.bulk_create(
+        Skill(slug=f"{prefix}-{i:03d}", name=f"Bench skill {i}", dispatch=dispatch)
+        for i in range(count)
+    )
+    return [skill.pk for skill in skills]
+
+
+def workers_create(count: int, *, skills_of: "object", prefix: str = "worker",
+                   capacity: int = 100, proficiency: int = 3,
+                   api_tokens: bool = False) -> list[int]:
+    """Create count workers (worker role, unusable password); return their ids in order.
+
+    skills_of(i) returns the skill ids worker i holds. With api_tokens, each gets a DRF
+    token whose key is f"{prefix}-token-{i}" padded to 40 characters (REST API sign-in).
+    """
+    from django.contrib.auth.hashers import make_password
+    from django.contrib.auth.models import Group
+    from rest_framework.authtoken.models import Token
+
+    from accounts.models import User, WorkerSkill
+    from accounts.roles import Role
+
+    unusable = make_password(None)
+    users = User.objects.bulk_create(
+        User(email=f"{prefix}{i}@bench.example.com", password=unusable, capacity=capacity)
+        for i in range(count)
+    )
+    group = Group.objects.get(name=Role.WORKER)
+    User.groups.through.objects.bulk_create(
+        User.groups.through(user_id=user.pk, group_id=group.pk) for user in users
+    )
+    WorkerSkill.objects.bulk_create(
+        WorkerSkill(worker_id=user.pk, skill_id=skill_id, proficiency=proficiency)
+        for i, user in enumerate(users) for skill_id in skills_of(i)
+    )
+    if api_tokens:
+        Token.objects.bulk_create(
+            Token(key=api_token(prefix, i), user_id=user.pk) for i, user in enumerate(users)
+        )
+    return [user.pk for user in users]
+
+
+def api_token(prefix: str, i: int) -> str:
+    return f"{prefix}-token-{i}".ljust(40, "x")[:40]
+
+
+# Figures --------------------------------------------------------------------------------
+
+
+def percentile(values: Sequence[float], p: float) -> float:
+    """Return the p-th percentile (nearest rank) of values; nan when empty."""
+    if not values:
+        return math.nan
+    ordered = sorted(values)
+    rank = max(1, math.ceil(p / 100 * len(ordered)))
+    return ordered[rank - 1]
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    """Return rows as a Markdown table (readable as plain text too)."""
+    cells = [[str(h) for h in headers]] + [[_cell(v) for v in row] for row in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    lines = ["| " + " | ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) + " |"
+             for row in cells]
+    lines.insert(1, "|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    return "\n".join(lines)
+
+
+def _cell(value: object) -> str:
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "-"
+        return f"{value:,.1f}" if value >= 100 else f"{value:.2f}"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return str(value)
+
+
+def machine() -> list[tuple[str, str]]:
+    """Return what the figures depend on: CPU, cores, RAM, PostgreSQL, Python, load."""
+    cpu = platform.processor() or "unknown"
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    ram = "unknown"
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal"):
+                ram = f"{int(line.split()[1]) / 1024 / 1024:.1f} GiB"
+                break
+    postgres = "unknown (no DATABASE_URL)"
+    if os.environ.get("DATABASE_URL"):
+        import psycopg
+
+        try:
+            with psycopg.connect(_libpq_url(database_url("postgres"))) as conn:
+                postgres = conn.execute("SHOW server_version").fetchone()[0]
+        except psycopg.Error as exc:
+            postgres = f"unreachable: {exc}".splitlines()[0]
+    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    return [
+        ("CPU", cpu),
+        ("cores", str(os.cpu_count())),
+        ("RAM", ram),
+        ("PostgreSQL", postgres),
+        ("Python", platform.python_version()),
+        ("OS", f"{platform.system()} {platform.release()}"),
+        ("load average (1, 5, 15 min)", load),
+        ("git commit", _git_commit()),
+    ]
+
+
+def _git_commit() -> str:
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
+                             capture_output=True, text=True, check=True)
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return out.stdout.strip()
+
+
+def machine_print() -> None:
+    for name, value in machine():
+        print(f"{name}: {value}")
