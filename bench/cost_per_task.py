@@ -1,0 +1,289 @@
+"""Cost per task: CPU milliseconds of the inbox's own processes per full task life.
+
+Usage (PostgreSQL and Redis; makes and drops its own database):
+    .venv/bin/python bench/cost_per_task.py [--tasks 500] [--takers 4] [--quick]
+
+It runs on the PostgreSQL server of DATABASE_URL (default: local, user postgres) in a
+database of its own, inbox_bench_d2_cost; REDIS_URL (default Redis database 5) is the
+cache and the Celery broker.
+
+The inbox runs as in production, each part a process of its own: the web app under
+gunicorn (2 sync workers), a Celery worker (prefork, 2 processes) and Celery beat, with the
+local Step Functions emulator beside them. This script (the load driver) starts N
+executions of a one-human-stage process on the emulator; the worker takes their envelopes
+in (beat's intake poll); once all N tasks are queued, T threads take and complete them
+through the REST API (POST tasks/next/, then tasks/<id>/complete/, each thread signed in
+as its own worker); the worker sends the callbacks (on commit) and every execution must end
+SUCCEEDED.
+
+The CPU time (user + sys, from /proc) of the gunicorn, Celery worker and beat process
+trees is read before the executions start and after the last callback was sent. Beat's
+ticks cost CPU with no task at all, so the same processes are first watched idle for a
+while, and that idle rate times the run's duration is subtracted (both are printed). The
+emulator and this driver are not counted; PostgreSQL's backends serving the bench database
+are shown apart (approximate: a backend that exits meanwhile is missed).
+"""
+
+import argparse
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _d2_common as common
+from _common import (
+    api_token,
+    free_port,
+    machine_print,
+    scratch_database,
+    table,
+    workers_create,
+)
+
+TICKS = os.sysconf("SC_CLK_TCK")
+INBOX_PROCESSES = ("gunicorn", "celery worker", "celery beat")
+DATABASE = "inbox_bench_d2_cost"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tasks", type=int, default=500, help="N")
+    parser.add_argument("--takers", type=int, default=4, help="T, HTTP client threads")
+    parser.add_argument("--idle", type=float, default=30, help="seconds watched idle")
+    parser.add_argument("--quick", action="store_true", help="N=60, 15 s idle")
+    args = parser.parse_args()
+    if args.quick:
+        args.tasks, args.idle = 60, 15
+
+    common.environment(broker="redis")
+    with scratch_database(DATABASE), common.emulator() as children:
+        common.logs_to_file()
+        run(tasks=args.tasks, takers=args.takers, idle=args.idle, children=children)
+    common.var_dir_remove()
+
+
+def run(*, tasks: int, takers: int, idle: float, children: common.Children) -> None:
+    from django.core.cache import cache
+
+    from config.celery import app
+    from inbox.tasks_intake import LOCK_KEY
+
+    skill_id = common.process_ready()
+    workers_create(takers, skills_of=lambda i: [skill_id], capacity=10, api_tokens=True)
+    print(f"Cost per task: {tasks:,} tasks, {takers} HTTP takers")
+    machine_print()
+    # Left by an interrupted run: stale Celery messages, an intake lock held for minutes.
+    app.control.purge()
+    cache.delete(LOCK_KEY)
+
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    children.start("gunicorn", [
+        common.PYTHON, "-m", "gunicorn", "config.wsgi", "--workers", "2",
+        "--bind", f"127.0.0.1:{port}",
+    ], ready="Booting worker")
+    children.start("celery worker", [
+        common.PYTHON, "-m", "celery", "-A", "config", "worker", "--pool", "prefork",
+        "--concurrency", "2", "--loglevel", "INFO", "--without-gossip", "--without-mingle",
+    ], ready=" ready.")
+    children.start("celery beat", [
+        common.PYTHON, "-m", "celery", "-A", "config", "beat", "--loglevel", "INFO",
+    ], ready="beat: Starting")
+    _http_ready(base=base)
+    # Let every process finish starting (imports, first beat ticks) before the idle window.
+    time.sleep(5)
+
+    before = _cpu(children)
+    pg_before = _postgres_cpu()
+    time.sleep(idle)
+    idle_ms = {name: (_cpu(children)[name] - before[name]) / idle for name in INBOX_PROCESSES}
+
+    children.check()
+    before = _cpu(children)
+    pg_before = _postgres_cpu()
+    started = time.monotonic()
+    arns = _executions_start(count=tasks)
+    common.tasks_wait(count=tasks, timeout=120 + tasks * 0.2, poll=False)
+    queued = time.monotonic() - started
+    requests_made = _drive(base=base, takers=takers, expected=tasks)
+    _sent_wait(count=tasks, children=children)
+    elapsed = time.monotonic() - started
+    after = _cpu(children)
+    pg_after = _postgres_cpu()
+    common.executions_check(arns)
+
+    rows = []
+    total_net = 0.0
+    for name in INBOX_PROCESSES:
+        gross = after[name] - before[name]
+        net = gross - idle_ms[name] * elapsed
+        total_net += net
+        rows.append([name, idle_ms[name], gross, gross / tasks, net / tasks])
+    gross_all = sum(after[name] - before[name] for name in INBOX_PROCESSES)
+    rows.append(["inbox total", sum(idle_ms.values()), gross_all, gross_all / tasks,
+                 total_net / tasks])
+    postgres = sum(pg_after.get(pid, 0) - pg_before.get(pid, 0) for pid in pg_after)
+    print(f"\n{tasks:,} task lives in {elapsed:.1f} s (all queued after {queued:.1f} s); "
+          f"{requests_made:,} HTTP requests")
+    print(table(["process tree", "idle CPU ms/s", "CPU ms in run", "gross ms/task",
+                 "net ms/task"], rows))
+    print(f"net = gross minus the idle rate over the run's {elapsed:.1f} s")
+    print(f"Capacity implied: {1000 / (total_net / tasks):.1f} task lives per second per "
+          f"core (net), {1000 / (gross_all / tasks):.1f} (gross)")
+    print(f"PostgreSQL backends of the bench database (not in the total): "
+          f"{postgres / tasks:.2f} ms/task")
+
+
+def _http_ready(*, base: str, timeout: float = 60) -> None:
+    """Wait for gunicorn to answer, then warm both workers up (first-request costs)."""
+    import requests
+
+    deadline = time.monotonic() + timeout
+    headers = {"Authorization": f"Token {api_token('worker', 0)}"}
+    while True:
+        try:
+            if requests.get(f"{base}/api/inbox/queues/", headers=headers, timeout=5).ok:
+                break
+        except requests.ConnectionError:
+            pass
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"gunicorn does not answer at {base} after {timeout} s")
+        time.sleep(0.5)
+    for _ in range(10):
+        requests.get(f"{base}/api/inbox/queues/", headers=headers, timeout=30)
+        # Nothing is queued yet: a 404, which runs the take-next code path all the same.
+        requests.post(f"{base}/api/inbox/tasks/next/", json={"skill": common.SKILL},
+                      headers=headers, timeout=30)
+
+
+def _executions_start(*, count: int) -> list[str]:
+    """Start count executions on the emulator, as the outside world would (not counted)."""
+    from processes import aws
+    from processes.models import ProcessVersion
+
+    machine = ProcessVersion.objects.get(process__name="bench-review").state_machine_arn
+    return [aws.execution_start(state_machine_arn=machine, name=f"cost-{number}",
+                                input={"ref": f"cost-{number}"})
+            for number in range(count)]
+
+
+def _drive(*, base: str, takers: int, expected: int) -> int:
+    """Take and complete tasks through the API with takers threads until none is left."""
+    import requests
+
+    done: list[int] = []
+    errors: list[str] = []
+
+    def taker(number: int) -> None:
+        session = requests.Session()
+        session.headers["Authorization"] = f"Token {api_token('worker', number)}"
+        made = 0
+        try:
+            while True:
+                taken = session.post(f"{base}/api/inbox/tasks/next/",
+                                     json={"skill": common.SKILL}, timeout=30)
+                made += 1
+                if taken.status_code == 404:
+                    break
+                if taken.status_code != 200:
+                    raise RuntimeError(f"take next: HTTP {taken.status_code} {taken.text[:200]}")
+                task = taken.json()
+                finished = session.post(f"{base}/api/inbox/tasks/{task['id']}/complete/",
+                                        json={"answer": {"decision": "approve"},
+                                              "version": task["version"]}, timeout=30)
+                made += 1
+                if finished.status_code != 200:
+                    raise RuntimeError(f"complete: HTTP {finished.status_code} "
+                                       f"{finished.text[:200]}")
+        except Exception as exc:
+            errors.append(f"taker {number}: {exc}")
+        done.append(made)
+
+    threads = [threading.Thread(target=taker, args=(n,)) for n in range(takers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise RuntimeError("; ".join(errors))
+    completed = sum(done) - takers  # each taker's last request was the empty take
+    if completed != 2 * expected:
+        raise RuntimeError(f"{completed // 2} tasks completed through the API, {expected} "
+                           "expected")
+    return sum(done)
+
+
+def _sent_wait(*, count: int, children: common.Children, timeout: float = 180) -> None:
+    from inbox.models import Outbox, OutboxStatus
+
+    deadline = time.monotonic() + timeout
+    while Outbox.objects.filter(status=OutboxStatus.SENT).count() < count:
+        children.check()
+        stuck = Outbox.objects.exclude(status__in=[OutboxStatus.SENT, OutboxStatus.PENDING])
+        if stuck.exists():
+            raise RuntimeError(f"callbacks not sent: {list(stuck.values('status', 'last_error'))}")
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"callbacks not all sent after {timeout} s")
+        time.sleep(0.1)
+
+
+def _cpu(children: common.Children) -> dict[str, float]:
+    """Return the CPU milliseconds (user + sys) of each inbox process tree so far."""
+    children.check()
+    stats = _proc_stats()
+    kids: dict[int, list[int]] = {}
+    for pid, (parent, _) in stats.items():
+        kids.setdefault(parent, []).append(pid)
+    totals = {}
+    for name in INBOX_PROCESSES:
+        total, stack = 0, [children.started[name].pid]
+        while stack:
+            pid = stack.pop()
+            total += stats.get(pid, (0, 0))[1]
+            stack.extend(kids.get(pid, []))
+        totals[name] = total * 1000 / TICKS
+    return totals
+
+
+def _proc_stats() -> dict[int, tuple[int, int]]:
+    """Return {pid: (parent pid, CPU ticks)} of every process; reaped children included.
+
+    A process's ticks are its own user + sys plus cutime + cstime, the ticks of its
+    children that exited and were waited for (so a pool process that ended still counts).
+    """
+    stats = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            text = Path(entry.path, "stat").read_text()
+        except OSError:
+            continue  # exited meanwhile
+        # The command name (field 2) may hold spaces: split after its closing parenthesis.
+        fields = text[text.rindex(")") + 2:].split()
+        stats[int(entry.name)] = (int(fields[1]), sum(int(f) for f in fields[11:15]))
+    return stats
+
+
+def _postgres_cpu() -> dict[int, float]:
+    """Return {pid: CPU ms} of the PostgreSQL backends connected to the bench database.
+
+    Empty when PostgreSQL runs on another machine (its pids are not ours to read).
+    """
+    from django.db import connection
+
+    if connection.settings_dict["HOST"] not in {"127.0.0.1", "localhost", "::1", ""}:
+        return {}
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pid FROM pg_stat_activity WHERE datname = %s "
+                       "AND pid <> pg_backend_pid()", [DATABASE])
+        pids = [pid for (pid,) in cursor.fetchall()]
+    stats = _proc_stats()
+    return {pid: stats[pid][1] * 1000 / TICKS for pid in pids if pid in stats}
+
+
+if __name__ == "__main__":
+    main()

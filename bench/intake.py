@@ -1,0 +1,167 @@
+"""Intake: envelopes per second from the SQS queue into tasks, for one intake worker.
+
+Usage (PostgreSQL and Redis; makes and drops its own database):
+    .venv/bin/python bench/intake.py [--envelopes 5000] [--quick]
+
+It runs on the PostgreSQL server of DATABASE_URL (default: local, user postgres) in a
+database of its own, inbox_bench_d2_intake, and uses REDIS_URL (default Redis database 5).
+
+One real execution of a one-human-stage process runs on the local emulator; its envelope
+is the template of M copies, each with a fresh random token of the same length and its own
+execution ARN (the intake never calls Step Functions, so the tokens need not be live). The
+copies go on the emulator's intake queue three times, and each time the queue is emptied:
+
+1. raw: a plain loop of ReceiveMessage (10, through processes.aws) and DeleteMessageBatch;
+2. intake: ``inbox.intake.intake_poll``, the function the Celery intake task calls, in a
+   loop until a receive comes back empty (wait_seconds=0, so no empty long poll is timed);
+3. raw again, to show the emulator's speed did not drift meanwhile.
+
+It prints envelopes/s of each, the intake's share of the raw limit, and the CPU time of
+this process per envelope (the emulator runs in its own process and is not counted).
+"""
+
+import argparse
+import copy
+import json
+import secrets
+import sys
+import time
+import uuid
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _d2_common as common
+from _common import machine_print, scratch_database, table
+
+QUEUE_EMPTY_ATTRIBUTES = ("ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--envelopes", type=int, default=5000, help="M, per round")
+    parser.add_argument("--quick", action="store_true", help="500 envelopes")
+    args = parser.parse_args()
+    count = 500 if args.quick else args.envelopes
+
+    common.environment()
+    with scratch_database("inbox_bench_d2_intake"), common.emulator():
+        common.logs_to_file()
+        run(count=count)
+    common.var_dir_remove()
+
+
+def run(*, count: int) -> None:
+    from django.conf import settings
+
+    from inbox.models import IntakeError, Task
+    from processes import aws
+
+    common.process_ready()
+    url = aws.queue_url(name=settings.INBOX_INTAKE_QUEUE)
+    template = _real_envelope(url=url)
+    print(f"Intake benchmark: {count:,} envelopes per round, one intake worker")
+    machine_print()
+    print(f"Template: a real envelope of the emulator, token of {len(template['taskToken'])} "
+          f"characters, body of {len(json.dumps(template))} bytes")
+
+    rounds = []
+    for name, drain in (("raw receive+delete", _raw_drain), ("intake_poll", _intake_drain),
+                        ("raw receive+delete (after)", _raw_drain)):
+        _fill(url=url, template=template, count=count)
+        cpu = time.process_time()
+        started = time.perf_counter()
+        done = drain(url=url)
+        elapsed = time.perf_counter() - started
+        cpu = time.process_time() - cpu
+        if done != count:
+            raise RuntimeError(f"{name}: {done} envelopes handled, {count} expected")
+        _check_empty(url=url)
+        rounds.append((name, count / elapsed, elapsed, cpu * 1000 / count))
+
+    created = Task.objects.count()
+    if created != count or IntakeError.objects.exists():
+        raise RuntimeError(f"{created} tasks created of {count}; intake errors: "
+                           f"{IntakeError.objects.count()}")
+    print()
+    print(table(["loop", "envelopes/s", "seconds", "CPU ms/envelope (this process)"], rounds))
+    raw = (rounds[0][1] + rounds[2][1]) / 2
+    print(f"\nintake / raw limit (mean of both raw rounds): {rounds[1][1] / raw:.2f} "
+          f"({rounds[1][1]:.1f} vs {raw:.1f} envelopes/s)")
+
+
+def _real_envelope(*, url: str) -> dict:
+    """Start one execution and return the envelope its human stage put on the queue."""
+    from processes import aws
+
+    [arn] = common.executions_start(count=1, prefix="template")
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        for message in aws.messages_receive(url=url, wait_seconds=1):
+            aws.message_delete(url=url, receipt_handle=message["ReceiptHandle"])
+            body = json.loads(message["Body"])
+            if body.get("execution") == arn:
+                return body
+    raise RuntimeError("the template execution put no envelope on the intake queue in 30 s")
+
+
+def _fill(*, url: str, template: dict, count: int) -> None:
+    """Put count copies of template on the queue, each with a fresh token and execution."""
+    from processes import aws
+
+    sqs = aws.client(service="sqs")
+    prefix = template["execution"].rsplit(":", 1)[0]
+    token_chars = len(template["taskToken"])
+    for start in range(0, count, 10):
+        entries = []
+        for number in range(start, min(start + 10, count)):
+            body = copy.deepcopy(template)
+            body["taskToken"] = secrets.token_urlsafe(token_chars)[:token_chars]
+            body["execution"] = f"{prefix}:{uuid.uuid4()}"
+            entries.append({"Id": str(number), "MessageBody": json.dumps(body)})
+        answer = sqs.send_message_batch(QueueUrl=url, Entries=entries)
+        if answer.get("Failed"):
+            raise RuntimeError(f"SendMessageBatch failed: {answer['Failed']}")
+
+
+def _raw_drain(*, url: str) -> int:
+    """Receive 10 at a time and delete them in one batch, until a receive is empty."""
+    from processes import aws
+
+    sqs = aws.client(service="sqs")
+    handled = 0
+    while messages := aws.messages_receive(url=url, max_messages=10, wait_seconds=0):
+        answer = sqs.delete_message_batch(QueueUrl=url, Entries=[
+            {"Id": str(number), "ReceiptHandle": message["ReceiptHandle"]}
+            for number, message in enumerate(messages)
+        ])
+        if answer.get("Failed"):
+            raise RuntimeError(f"DeleteMessageBatch failed: {answer['Failed']}")
+        handled += len(messages)
+    return handled
+
+
+def _intake_drain(*, url: str) -> int:
+    """Call intake_poll until it receives nothing; return how many tasks it created."""
+    from inbox.intake import intake_poll
+
+    created = 0
+    while True:
+        counts = intake_poll(wait_seconds=0, budget_seconds=25)
+        if not any(counts.values()):
+            return created
+        if any(number for outcome, number in counts.items() if outcome != "created"):
+            raise RuntimeError(f"intake_poll: {counts}")
+        created += counts["created"]
+
+
+def _check_empty(*, url: str) -> None:
+    from processes import aws
+
+    attributes = aws.queue_attributes(url=url)
+    left = {name: attributes.get(name) for name in QUEUE_EMPTY_ATTRIBUTES}
+    if any(value != "0" for value in left.values()):
+        raise RuntimeError(f"the queue is not empty after the round: {left}")
+
+
+if __name__ == "__main__":
+    main()
