@@ -10,7 +10,7 @@ from uuid import UUID
 from django.contrib import messages
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
-from django.views.decorators.http import require_POST, require_safe
+from django.views.decorators.http import require_http_methods, require_POST, require_safe
 
 from accounts.models import Dispatch
 from accounts.selectors import user_roles
@@ -88,9 +88,15 @@ def task_complete(request: HttpRequest, task_id: UUID) -> HttpResponse:
     return _open_next(request)
 
 
-@require_POST
+@require_http_methods(["GET", "HEAD", "POST"])
 def task_reject(request: HttpRequest, task_id: UUID) -> HttpResponse:
-    """Reject the held task with the posted reason, then open the next task."""
+    """Reject the held task with the posted reason, then open the next task.
+
+    GET shows the reason form on a page of its own: the task page's r opens the same form
+    in a dialog, and without JavaScript its Reject link comes here.
+    """
+    if request.method != "POST":
+        return _reason_page(request, task_id, kind="reject")
     task = _visible_task(request, task_id)
     try:
         services.task_reject(worker=request.user, task_id=task.pk,
@@ -141,9 +147,14 @@ def task_accept(request: HttpRequest, task_id: UUID) -> HttpResponse:
     return redirect("inbox:task", task_id=task.pk)
 
 
-@require_POST
+@require_http_methods(["GET", "HEAD", "POST"])
 def task_decline(request: HttpRequest, task_id: UUID) -> HttpResponse:
-    """Decline the offer with the posted reason; it goes to someone else."""
+    """Decline the offer with the posted reason; it goes to someone else.
+
+    GET shows the reason form on a page of its own (see task_reject).
+    """
+    if request.method != "POST":
+        return _reason_page(request, task_id, kind="decline")
     task = _visible_task(request, task_id)
     try:
         dispatch.task_decline(worker=request.user, task_id=task.pk,
@@ -153,6 +164,31 @@ def task_decline(request: HttpRequest, task_id: UUID) -> HttpResponse:
         return refused(request, task, exc)
     messages.success(request, f"Declined: {task.title}. It will be offered to someone else.")
     return redirect("inbox:home")
+
+
+# What each reason page asks for: the access it needs and the state the task must be in.
+_REASON_PAGES = {
+    "reject": {"access": "work", "state": TaskState.IN_PROGRESS},
+    "decline": {"access": "offer", "state": TaskState.OFFERED},
+}
+
+
+def _reason_page(request: HttpRequest, task_id: UUID, *, kind: str) -> HttpResponse:
+    """Render the reject or decline reason form alone, for the task's holder.
+
+    A task the user may not see is a 404; one they do not hold, or that is no longer in the
+    state the action needs, sends them to the task page with the reason, as a refused POST
+    does (inbox.page_actions.refused).
+    """
+    task = _visible_task(request, task_id)
+    needs = _REASON_PAGES[kind]
+    try:
+        access_task(user=request.user, task_id=task.pk, action=needs["access"])
+        if task.state != needs["state"]:
+            raise Conflict(f"Cannot {kind} a task that is {task.get_state_display().lower()}.")
+    except (Conflict, NotFound) as exc:
+        return refused(request, task, exc)
+    return render(request, "inbox/task_reason.html", {"task": task, "kind": kind})
 
 
 def task_page(request: HttpRequest, task: Task, *, values: dict[str, Any] | None = None,

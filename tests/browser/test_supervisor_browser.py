@@ -63,8 +63,23 @@ def test_supervisor_sees_an_escalated_task_and_reassigns_it(
     assert page.locator("#board-updated time").get_attribute("datetime") != updated
     screenshot(page, "supervisor-board")
 
-    # j moves to the first row (the soonest overall deadline: the escalated task); Enter opens.
+    # ? lists the board's own shortcuts, and none of a task's.
+    page.keyboard.press("?")
+    help_dialog = page.get_by_role("dialog", name="Keyboard shortcuts")
+    help_dialog.wait_for()
+    listed = help_dialog.locator("dt kbd").all_inner_texts()
+    assert sorted(listed) == sorted(["j", "k", "Enter", "x", "/", "?", "Esc"])
+    page.keyboard.press("Escape")
+    help_dialog.wait_for(state="hidden")
+
+    # j moves to the first row (the soonest overall deadline: the escalated task); x checks
+    # it for a bulk action and x again unchecks it; Enter opens it.
     page.keyboard.press("j")
+    box = page.locator("tr[data-nav-row]", has_text="INV-99").get_by_role("checkbox")
+    page.keyboard.press("x")
+    assert box.is_checked()
+    page.keyboard.press("x")
+    assert not box.is_checked()
     page.keyboard.press("Enter")
     page.get_by_role("heading", name="Review invoice INV-99", level=1).wait_for()
     page.get_by_role("combobox", name="Worker").select_option(

@@ -6,8 +6,14 @@
 //   form[data-ctrl-enter]  the form Ctrl+Enter submits      [data-choice]      keys 1..9 pick
 //   [data-nav-row]         a row j/k move to                [data-search]      the filter box
 //   time[data-deadline]    a countdown                      time[data-since]   an age
+//   [data-needs-script]    shown only once this file runs (a control that needs it)
+// Every [data-opens] control is a link or a form of its own, working without this file: the
+// script opens the dialog in its place.
 (function () {
   "use strict";
+
+  // inbox.css hides [data-needs-script] until the root element carries this class.
+  document.documentElement.classList.add("scripted");
 
   var NOT_TYPING = ["checkbox", "radio", "button", "submit", "reset", "range", "color", "file",
                     "image", "hidden"];
@@ -102,6 +108,15 @@
     if (status) status.textContent = query ? shown + " of " + all.length + " rows match" : "";
   }
 
+  // x checks the selected row's box (the supervisor board's bulk actions).
+  function checkSelected() {
+    var row = document.querySelector("[data-nav-row].selected");
+    var box = row && !row.hidden && row.querySelector("input[type=checkbox][name=task]");
+    if (!box) return false;
+    box.click();
+    return true;
+  }
+
   // Forms -------------------------------------------------------------------------------
   function pickChoice(n) {
     var active = document.activeElement;
@@ -188,6 +203,8 @@
       handled = rows().length > 0;
     } else if (/^[1-9]$/.test(event.key)) {
       handled = pickChoice(Number(event.key));
+    } else if (event.key === "x" && checkSelected()) {
+      handled = true;
     } else if (/^[a-z]$/.test(event.key)) {
       handled = press(event.key);
     }
@@ -195,6 +212,8 @@
   });
 
   document.addEventListener("click", function (event) {
+    // A link opened in a new tab or window stays a link.
+    if (event.button !== 0 || event.ctrlKey || event.metaKey || event.shiftKey) return;
     var opener = event.target.closest && event.target.closest("[data-opens]");
     if (opener && openDialog(opener.getAttribute("data-opens"))) event.preventDefault();
   });
