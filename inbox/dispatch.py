@@ -177,6 +177,7 @@ def dispatch_after_commit(task: Task) -> None:
     if task.skill.dispatch == Dispatch.PUSH and task.state == TaskState.QUEUED:
         from inbox.tasks_dispatch import dispatch_task
 
-        # After commit: the offer must see the task back in its queue.
-        transaction.on_commit(lambda: dispatch_task.delay(str(task.pk)))
+        # After commit: the offer must see the task back in its queue. Robust: with the
+        # broker down, dispatch_pending_task (beat) offers it later; the release stands.
+        transaction.on_commit(lambda: dispatch_task.delay(str(task.pk)), robust=True)
 

@@ -137,7 +137,9 @@ def transition(
                 next_attempt_at=timezone.now(),
             )
             # Sent only after commit: a rolled-back decision must never reach Step Functions.
-            transaction.on_commit(lambda: _enqueue_callback(outbox.pk))
+            # Robust: with the broker down the decision stands (the outbox drain sends it),
+            # so a failed enqueue is logged and must not fail the request that made it.
+            transaction.on_commit(lambda: _enqueue_callback(outbox.pk), robust=True)
     return task
 
 

@@ -1,0 +1,72 @@
+"""Drill: the PostgreSQL connection dies in the middle of a transition.
+
+Another connection terminates the web's backend (``pg_terminate_backend``) between two
+writes of one transition: after the task row is updated, or after its history event is
+written and before the outbox row. Nothing may be half applied: the task, its history
+and the outbox are as before, and the same request, retried, succeeds once.
+"""
+
+import psycopg
+import pytest
+from django.db import InterfaceError, OperationalError, connection
+
+from inbox import dispatch, lifecycle, services
+from inbox.models import Outbox, Task, TaskEvent, TaskState
+from tests.drills.conftest import backend_pid
+
+APPROVE = {"decision": "approve", "comment": "fine"}
+
+
+def _terminate(pid: int) -> None:
+    """Kill backend pid from a connection of its own, as a failover or an admin would."""
+    params = connection.get_connection_params()
+    with psycopg.connect(dbname=params["dbname"], user=params.get("user"),
+                         host=params.get("host"), port=params.get("port"),
+                         password=params.get("password"), autocommit=True) as other:
+        killed = other.execute("SELECT pg_terminate_backend(%s)", [pid]).fetchone()[0]
+    assert killed
+
+
+def _snapshot(task: Task) -> tuple:
+    row = Task.objects.values("state", "version", "answer", "assignee_id").get(pk=task.pk)
+    events = list(TaskEvent.objects.filter(task=task).values_list("version", "hash"))
+    return row, events, Outbox.objects.filter(task=task).count()
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("when", ["after the task row", "after the history event"])
+def test_a_connection_killed_mid_transition_leaves_nothing_half_applied(
+    make_task, make_worker, monkeypatch, when
+):
+    worker = make_worker({"invoice-review": 3})
+    make_task()
+    task = dispatch.task_take_next(worker=worker)
+    before = _snapshot(task)
+    real_append = lifecycle.event_append
+    killed: list[int] = []
+
+    def append_then_die(**kwargs):
+        if when == "after the task row":
+            killed.append(backend_pid())
+            _terminate(killed[-1])
+        event = real_append(**kwargs)
+        if when == "after the history event":
+            killed.append(backend_pid())
+            _terminate(killed[-1])
+        return event
+
+    monkeypatch.setattr(lifecycle, "event_append", append_then_die)
+    with pytest.raises((OperationalError, InterfaceError)):
+        services.task_complete(worker=worker, task_id=task.pk, answer=APPROVE,
+                               expected_version=task.version)
+    monkeypatch.setattr(lifecycle, "event_append", real_append)
+
+    connection.close()  # what Django does at the end of the failed request
+    assert backend_pid() != killed[0]
+    assert _snapshot(task) == before
+    done = services.task_complete(worker=worker, task_id=task.pk, answer=APPROVE,
+                                  expected_version=task.version)
+    assert (done.state, done.version) == (TaskState.COMPLETING, task.version + 1)
+    assert Outbox.objects.filter(task=task).count() == 1
+    assert lifecycle.events_verify(task=done) is None
