@@ -9,7 +9,14 @@ from config.admin import ReadOnlyModelAdmin
 from config.errors import ExternalServiceError
 from inbox.callbacks import outbox_requeue
 from inbox.intake import intake_redrive
-from inbox.models import IntakeError, Outbox, ProcessFailure, Task, TaskEvent
+from inbox.models import (
+    ExecutionTimeline,
+    IntakeError,
+    Outbox,
+    ProcessFailure,
+    Task,
+    TaskEvent,
+)
 
 # Intake: refused messages and process failures ----------------------------------------------
 
@@ -140,3 +147,15 @@ class OutboxAdmin(ReadOnlyModelAdmin):
         requeued = sum(outbox_requeue(outbox_id=pk) for pk in queryset.values_list("pk",
                                                                                     flat=True))
         self.message_user(request, f"Requeued {requeued} callback(s).", messages.SUCCESS)
+
+
+@admin.register(ExecutionTimeline)
+class ExecutionTimelineAdmin(ReadOnlyModelAdmin):
+    """Executions' timelines as the worker last read them (stages only, never a token)."""
+
+    list_display = ["execution_arn", "status", "fetched_at", "checked_at", "error_code"]
+    list_filter = ["status", "error_code"]
+    search_fields = ["execution_arn"]
+    fields = ["execution_arn", "status", "fetched_at", "checked_at", "truncated", "stages",
+              "error_code", "error"]
+    readonly_fields = fields

@@ -111,6 +111,16 @@ class Task(models.Model):
                 fields=["next_heartbeat_at"], name="task_heartbeat_due",
                 condition=models.Q(next_heartbeat_at__isnull=False),
             ),
+            # The supervisor board's orders of the open tasks, by creation and by priority
+            # (ties by id), read from the page's cursor on (by deadline: task_overall_running).
+            models.Index(
+                fields=["created_at", "id"], name="task_open_by_created",
+                condition=models.Q(state__in=["queued", "offered", "in_progress", "escalated"]),
+            ),
+            models.Index(
+                fields=["priority", "id"], name="task_open_by_priority",
+                condition=models.Q(state__in=["queued", "offered", "in_progress", "escalated"]),
+            ),
         ]
         constraints = [
             models.CheckConstraint(
@@ -266,3 +276,29 @@ class TaskPass(models.Model):
 
     def __str__(self) -> str:
         return f"{self.worker} {self.why} {self.task_id}"
+
+
+class ExecutionTimeline(models.Model):
+    """The stages an execution passed, reduced from its Step Functions history for supervisors.
+
+    Written only by the Celery worker (inbox.timeline.timeline_refresh). Holds state names,
+    types, times and outcomes: nothing else of the history, which carries task tokens.
+    """
+
+    execution_arn = models.CharField(max_length=2048, unique=True)
+    checked_at = models.DateTimeField(
+        help_text="When the history was last asked for, whatever came back."
+    )
+    fetched_at = models.DateTimeField(
+        null=True, blank=True, help_text="When the stages below were read."
+    )
+    status = models.CharField(max_length=16, blank=True, help_text="The execution's status.")
+    stages = models.JSONField(default=list, blank=True)
+    truncated = models.BooleanField(
+        default=False, help_text="Only the latest events were read; earlier stages are missing."
+    )
+    error_code = models.CharField(max_length=128, blank=True)
+    error = models.TextField(blank=True, help_text="Why the last read failed.")
+
+    def __str__(self) -> str:
+        return f"{self.execution_arn.rsplit(':', 1)[-1]} ({self.status or self.error_code})"

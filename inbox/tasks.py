@@ -9,12 +9,14 @@ from inbox.tasks_clocks import (
 )
 from inbox.tasks_dispatch import dispatch_pending_task, dispatch_task
 from inbox.tasks_intake import intake_poll_task
+from inbox.tasks_timeline import execution_timeline_task
 
 __all__ = [
     "callback_send_task",
     "deadlines_sweep_task",
     "dispatch_pending_task",
     "dispatch_task",
+    "execution_timeline_task",
     "executions_check_task",
     "heartbeats_task",
     "intake_poll_task",

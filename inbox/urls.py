@@ -22,4 +22,6 @@ urlpatterns = [
     path("tasks/<uuid:task_id>/return/", views_supervisor.task_return, name="task-return"),
     path("tasks/<uuid:task_id>/extend/", views_supervisor.task_extend, name="task-extend"),
     path("tasks/<uuid:task_id>/abort/", views_supervisor.task_abort, name="task-abort"),
+    path("tasks/<uuid:task_id>/timeline/", views_supervisor.task_timeline,
+         name="task-timeline"),
 ]

@@ -20,7 +20,7 @@ from inbox.answer_form import answer_from_post, bound_fields
 from inbox.models import Task, TaskState
 from inbox.page_actions import posted_version, refused
 from inbox.selectors import access_task, my_queues, my_tasks, task_history
-from inbox.views_supervisor import supervisor_panel
+from inbox.views_supervisor import supervisor_panel, timeline_panel
 from processes.forms import FormInvalid
 
 NOTHING_WAITING = "Nothing is waiting in your queues."
@@ -217,6 +217,7 @@ def task_page(request: HttpRequest, task: Task, *, values: dict[str, Any] | None
             "clocks": _clocks(task),
             "history": task_history(task=task),
             "supervise": supervisor_panel(request, task),
+            "timeline": timeline_panel(request, task),
         },
         status=status,
     )

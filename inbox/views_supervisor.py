@@ -13,11 +13,12 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils import timezone
+from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_POST, require_safe
 
 from accounts.models import User
 from config.errors import InboxError, NotFound
-from inbox import board, supervision
+from inbox import board, supervision, timeline
 from inbox.models import OPEN_STATES, Task, TaskState
 from inbox.page_actions import posted_version, refused
 from inbox.selectors import access_task, visible_tasks
@@ -87,6 +88,34 @@ def supervisor_panel(request: HttpRequest, task: Task) -> dict[str, Any] | None:
         return None
     running = [clock for clock in supervision.CLOCKS if _clock_running(task, clock)]
     return {"workers": list(board.eligible_workers(task=task)), "clocks": running}
+
+
+def timeline_panel(request: HttpRequest, task: Task) -> dict[str, Any] | None:
+    """Return the execution timeline for the task page, or None if the user may not manage it.
+
+    Open or closed, a task the supervisor may see shows its timeline. A missing or stale
+    timeline is asked for here (a Celery task reads Step Functions); the page says so.
+    """
+    if not board.is_supervisor(user=request.user):
+        return None
+    try:
+        access_task(user=request.user, task_id=task.pk, action="manage")
+    except NotFound:
+        return None
+    return _timeline(task)
+
+
+@require_safe
+@never_cache
+def task_timeline(request: HttpRequest, task_id: UUID) -> HttpResponse:
+    """Return the timeline partial alone: the task page polls it while a refresh is pending."""
+    task = _managed_task(request, task_id)
+    return render(request, "supervisor/_timeline.html", {"task": task, "timeline": _timeline(task)})
+
+
+def _timeline(task: Task) -> dict[str, Any]:
+    return {**timeline.timeline_for_page(execution_arn=task.execution_arn),
+            "url": reverse("inbox:task-timeline", args=[task.pk])}
 
 
 @require_POST

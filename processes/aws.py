@@ -352,9 +352,12 @@ def message_send(*, url: str, body: str) -> str:
 _HISTORY_PAGE_MAX = 1000
 
 
-def execution_history(*, execution_arn: str, max_events: int = 1000) -> list[dict]:
+def execution_history(
+    *, execution_arn: str, max_events: int = 1000, newest_first: bool = False
+) -> list[dict]:
     """Return the first max_events events of the execution's history, oldest first.
 
+    With newest_first, return the last max_events events, newest first (reverseOrder).
     The history holds task tokens (the TaskScheduled parameters of every callback
     stage): keep it in memory, and never log it or put any of it in a message.
     """
@@ -364,6 +367,7 @@ def execution_history(*, execution_arn: str, max_events: int = 1000) -> list[dic
         params: dict[str, Any] = {
             "executionArn": execution_arn,
             "maxResults": min(_HISTORY_PAGE_MAX, max_events - len(events)),
+            "reverseOrder": newest_first,
         }
         if page_token:
             params["nextToken"] = page_token
@@ -372,6 +376,10 @@ def execution_history(*, execution_arn: str, max_events: int = 1000) -> list[dic
         page_token = page.get("nextToken")
         if not page_token:
             break
+    if newest_first:
+        # The emulator ignores reverseOrder and maxResults (one page, oldest first); AWS
+        # honours them. Event ids grow with time, so sorting gives the same answer on both.
+        events.sort(key=lambda event: event["id"], reverse=True)
     return events[:max_events]
 
 

@@ -93,3 +93,23 @@ def test_supervisor_sees_an_escalated_task_and_reassigns_it(
     assert (stuck.state, stuck.assignee) == (TaskState.IN_PROGRESS, ana)
     assert page.locator("table.history tbody tr").last.inner_text().count("Ana knows") == 1
     screenshot(page, "supervisor-task")
+
+
+@pytest.mark.emulator
+def test_the_task_page_fetches_the_execution_timeline_and_swaps_it_in(
+    page, problems, make_task, make_worker, emulator, eager_celery
+):
+    """Celery runs eagerly in the live server; the envelope's execution does not exist on
+    the emulator, so what the poll brings in is the loud failure."""
+    make_worker({"invoice-review": 3}, roles=(Role.SUPERVISOR,), email="tia@example.com",
+                password=PASSWORD)
+    task = make_task(title="Review invoice INV-7")
+    sign_in(page, "tia@example.com")
+    page.get_by_role("heading", name="Supervisor board", level=1).wait_for()
+    page.goto(f"/tasks/{task.pk}/")
+    timeline = page.locator("#timeline")
+    timeline.get_by_text("Fetching the execution's timeline…").wait_for()
+    timeline.get_by_text("Could not read the execution's history (ExecutionDoesNotExist)",
+                         exact=False).wait_for()
+    assert timeline.get_attribute("data-timeline-pending") is None
+    assert page.locator("[data-timeline]").count() == 1

@@ -251,6 +251,8 @@
         });
       }, 300);
     }
+    // Parts of the page replaced by a fetch (board refresh, execution timeline) say so.
+    document.addEventListener("inbox:refreshed", localTimes);
     localTimes();
     tick();
     if (document.querySelector("time[data-deadline], time[data-since]")) {
@@ -340,6 +342,68 @@
         if (!row || !row.hidden) box.checked = event.target.checked;
       });
     });
+  }
+
+  if (document.readyState === "loading") {
+    document.addEventListener("DOMContentLoaded", start);
+  } else {
+    start();
+  }
+})();
+
+// The execution's timeline on a supervisor's task page. While the [data-timeline] section
+// is marked data-timeline-pending (a Celery worker is reading Step Functions' history), fetch
+// its data-timeline-url every 2 s, for at most 30 s, and put the fresh section in its place.
+(function () {
+  "use strict";
+
+  var EVERY_MS = 2000, GIVE_UP_MS = 30000;
+
+  function pending() {
+    return document.querySelector("[data-timeline][data-timeline-pending]");
+  }
+
+  function giveUp(section) {
+    var status = section.querySelector("[data-timeline-status]");
+    if (status) {
+      status.textContent = "The timeline is still being fetched: reload the page to see it.";
+    }
+    section.removeAttribute("aria-busy");
+  }
+
+  function poll(started) {
+    var section = pending();
+    if (!section) return;
+    if (Date.now() - started > GIVE_UP_MS) {
+      giveUp(section);
+      return;
+    }
+    window.setTimeout(function () {
+      window.fetch(section.getAttribute("data-timeline-url"),
+                   {credentials: "same-origin", headers: {"Accept": "text/html"}})
+        .then(function (response) {
+          // Signed out (a redirect to sign in) or refused: keep what is shown.
+          if (!response.ok || response.redirected) return null;
+          return response.text();
+        })
+        .then(function (html) {
+          if (html) {
+            var fresh = new DOMParser().parseFromString(html, "text/html")
+              .querySelector("[data-timeline]");
+            var current = pending();
+            if (fresh && current) {
+              current.replaceWith(fresh);
+              document.dispatchEvent(new CustomEvent("inbox:refreshed"));
+            }
+          }
+          poll(started);
+        })
+        .catch(function () { poll(started); });
+    }, EVERY_MS);
+  }
+
+  function start() {
+    if (pending()) poll(Date.now());
   }
 
   if (document.readyState === "loading") {
