@@ -105,6 +105,10 @@ if _database_url:
     except ValueError as exc:
         # The message of dj_database_url names the scheme, never the password.
         raise ImproperlyConfigured(f"DATABASE_URL is not usable: {exc}") from None
+    if _database["ENGINE"].endswith("postgresql"):
+        # An unreachable server fails a request (and /readyz) in seconds, not after the
+        # operating system's TCP timeout; ?connect_timeout= in DATABASE_URL wins.
+        _database.setdefault("OPTIONS", {}).setdefault("connect_timeout", 5)
 else:
     _database = {
         "ENGINE": "django.db.backends.sqlite3",
@@ -387,6 +391,8 @@ DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "inbox@localhost")
 # Security -------------------------------------------------------------------------
 
 SECURE_SSL_REDIRECT = env_bool("DJANGO_SECURE_SSL_REDIRECT", not DEBUG)
+# Load balancers probe over plain HTTP; a redirect would read as "unhealthy".
+SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$"]
 SESSION_COOKIE_SECURE = env_bool("DJANGO_SECURE_COOKIES", not DEBUG)
 CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
 SESSION_COOKIE_HTTPONLY = True
@@ -417,6 +423,17 @@ INBOX_CSP = "; ".join([
 ])
 if env_bool("DJANGO_BEHIND_TLS_PROXY", False):
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+
+# Operations ----------------------------------------------------------------------
+
+# Bearer token a Prometheus scraper sends for /metrics; unset, only signed-in staff read it.
+INBOX_METRICS_TOKEN = env_str("INBOX_METRICS_TOKEN", None)
+if INBOX_METRICS_TOKEN is not None and len(INBOX_METRICS_TOKEN) < 32:
+    # Never echo the value: it is a secret.
+    raise ImproperlyConfigured(
+        "INBOX_METRICS_TOKEN is too short: use at least 32 characters, e.g. "
+        "python -c 'import secrets; print(secrets.token_urlsafe(32))'"
+    )
 
 # Logging ----------------------------------------------------------------------------
 

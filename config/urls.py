@@ -4,10 +4,17 @@ from django.urls import include, path
 from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView
 
+from config.health import healthz, readyz
+from inbox.metrics import metrics_view
+
 admin.site.site_header = "Inbox administration"
 admin.site.site_title = "Inbox admin"
 
 urlpatterns = [
+    # Operations: probes and Prometheus metrics (docs/OPERATIONS.md).
+    path("healthz", healthz, name="healthz"),
+    path("readyz", readyz, name="readyz"),
+    path("metrics", metrics_view, name="metrics"),
     path("", include("inbox.urls")),
     path("accounts/", include("allauth.urls")),
     path("team/", include("accounts.urls")),

@@ -41,7 +41,7 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from config.errors import ExternalServiceError
-from inbox import lifecycle
+from inbox import lifecycle, metrics
 from inbox.callback_history import (
     history_is_decision,
     history_outcome_reason,
@@ -118,6 +118,7 @@ def callback_send(*, outbox_id: int) -> str:
     problem = callback_problem(kind=row.kind, output=row.output, error=row.error,
                                cause=row.cause)
     if problem:
+        metrics.callback_error_count(kind=metrics.CallbackError.INVALID)
         return _dead(row, reason=f"Invalid callback, not sent: {problem}")
     wait = _rate_wait()
     if wait is not None:
@@ -126,6 +127,7 @@ def callback_send(*, outbox_id: int) -> str:
     try:
         token = token_decrypt(row.task.token_ciphertext)
     except TokenVaultError as exc:
+        metrics.callback_error_count(kind=metrics.CallbackError.TOKEN_UNREADABLE)
         return _dead(row, reason=exc.message)
     try:
         if row.kind == OutboxKind.SUCCESS:
@@ -134,9 +136,14 @@ def callback_send(*, outbox_id: int) -> str:
             aws.task_failure(token=token, error=row.error, cause=row.cause)
     except ExternalServiceError as exc:
         if exc.error_code in _GONE_CODES:
+            metrics.callback_error_count(kind=metrics.CallbackError.TOKEN_REFUSED)
             return _reconcile(row, token=token, refusal=exc)
         if exc.retryable:
+            metrics.callback_error_count(
+                kind=metrics.CallbackError.THROTTLED if aws.error_is_throttling(error=exc)
+                else metrics.CallbackError.TRANSIENT)
             return _retry_or_dead(row, exc=exc)
+        metrics.callback_error_count(kind=metrics.CallbackError.REJECTED)
         return _dead(row, reason=exc.message)
     return _delivered(row, status=OutboxStatus.SENT, sent_at=timezone.now())
 
@@ -246,6 +253,8 @@ def _dead(row: Outbox, *, reason: str) -> str:
         if changed:
             _task_close(row, lambda: lifecycle.task_callback_failed(
                 task_id=row.task_id, reason=_error_text(reason)))
+    if changed:
+        metrics.callback_dead_count()
     logger.error("Callback %s of task %s is dead: %s", row.pk, row.task_id, reason)
     return SendResult.DEAD
 

@@ -386,3 +386,68 @@ def execution_history(
 def task_heartbeat(*, token: str) -> None:
     """Tell Step Functions the human stage of token is still being worked on."""
     _call(service="stepfunctions", operation="send_task_heartbeat", taskToken=token)
+
+
+# Probes (readiness, metrics): short timeouts, no retries ----------------------------------
+
+# A probe answers within a load balancer's or Prometheus' patience, or reports a failure.
+_PROBE_CONNECT_TIMEOUT = 1
+_PROBE_READ_TIMEOUT = 2
+
+
+@functools.cache
+def _probe_client(
+    *, service: Service, endpoint_url: str | None, region: str, emulator: bool
+) -> BaseClient:
+    config = Config(
+        connect_timeout=_PROBE_CONNECT_TIMEOUT,
+        read_timeout=_PROBE_READ_TIMEOUT,
+        retries={"mode": "standard", "max_attempts": 1},
+    )
+    credentials: dict[str, str] = {}
+    if emulator:
+        credentials = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing"}
+    session = boto3.session.Session()
+    return session.client(
+        service, region_name=region, endpoint_url=endpoint_url, config=config, **credentials
+    )
+
+
+def _probe(*, service: Service, operation: str, **params: Any) -> dict[str, Any]:
+    """Call one read-only operation with the probe client and translate botocore errors."""
+    aws = _probe_client(
+        service=service,
+        endpoint_url=settings.AWS_ENDPOINT_URL,
+        region=settings.AWS_REGION,
+        emulator=settings.INBOX_EMULATOR,
+    )
+    try:
+        return getattr(aws, operation)(**params)
+    except (boto_errors.ClientError, boto_errors.BotoCoreError) as exc:
+        api_name = aws.meta.method_to_api_mapping.get(operation, operation)
+        raise _external_error(exc, service=service, operation=api_name) from None
+
+
+def states_ping() -> None:
+    """Check that Step Functions answers (ListStateMachines, one result)."""
+    _probe(service="stepfunctions", operation="list_state_machines", maxResults=1)
+
+
+def sqs_ping() -> None:
+    """Check that SQS answers and the intake queue exists (GetQueueUrl)."""
+    _probe(service="sqs", operation="get_queue_url", QueueName=settings.INBOX_INTAKE_QUEUE)
+
+
+def queue_depth(*, name: str) -> int:
+    """Return the queue's ApproximateNumberOfMessages (visible messages), probe timeouts."""
+    url = _probe(service="sqs", operation="get_queue_url", QueueName=name)["QueueUrl"]
+    attributes = _probe(
+        service="sqs", operation="get_queue_attributes", QueueUrl=url,
+        AttributeNames=["ApproximateNumberOfMessages"],
+    )["Attributes"]
+    return int(attributes["ApproximateNumberOfMessages"])
+
+
+def error_is_throttling(*, error: ExternalServiceError) -> bool:
+    """Return whether error is AWS throttling the caller (as opposed to a 5xx or network)."""
+    return error.error_code in _THROTTLING_CODES
