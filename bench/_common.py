@@ -62,7 +62,7 @@ TASK_DEFAULTS: dict[str, str] = {
 }
 
 
-def bench_environment(*, broker: str = "memory://") -> None:
+def bench_environment(*, broker: str = "memory://localhost/") -> None:
     """Set the environment the bench processes (and any gunicorn they start) run with.
 
     Production-like settings (DEBUG off: no query log), throwaway keys, a Celery broker

@@ -1,0 +1,257 @@
+"""The sweeper at scale: deadlines handled per second and lateness, as non-due tasks grow.
+
+Usage (PostgreSQL only; makes and drops its own database, inbox_bench_sweeper):
+    DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres .venv/bin/python \
+        bench/sweeper.py [--sizes 100000,1000000] [--due 100000]
+
+For each size: load that many non-due tasks (60% completed, 20% queued, 10% in progress,
+10% offered, every clock running in the future) and --due tasks whose deadline has
+passed, a third each on the offer, work and overall clock (policy abort), with one
+INSERT ... SELECT generate_series each. Then run inbox.deadlines.deadlines_sweep as
+Celery beat does (one sweep per beat interval, back to back while a sweep outlasts it):
+
+- backlog: until every due deadline is handled. Figures: deadlines per second of wall
+  time and of sweeping time, and how long after the first sweep each was handled.
+- steady: --steady-rate deadlines fall due per second for --steady-seconds (clocks of
+  non-due tasks moved to fall due then); lateness is handled-at (the time of the timeout's
+  TaskEvent) minus due-at (the deadline it had), p50/p99.
+
+Nothing reaches Step Functions: aborting writes an Outbox row and enqueues its send on
+commit, and the Celery broker here is kombu's in-process memory transport (nothing
+consumes it); the AWS endpoint is a local port where nothing listens. The run checks
+that every outbox row is still pending at the end.
+"""
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _common import (
+    bench_environment,
+    cycle,
+    machine_print,
+    percentile,
+    scratch_database,
+    skills_create,
+    table,
+    tasks_insert,
+    workers_create,
+)
+
+DATABASE = "inbox_bench_sweeper"
+TIMEOUT_ACTIONS = ["offer_timeout", "work_timeout", "overall_timeout"]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="100000,1000000",
+                        help="non-due tasks, one run per size (comma-separated)")
+    parser.add_argument("--due", type=int, default=100_000, help="deadlines due at the start")
+    parser.add_argument("--batch", type=int, default=None,
+                        help="rows per clock per sweep (default: inbox.deadlines.BATCH)")
+    parser.add_argument("--interval", type=float, default=None,
+                        help="seconds between sweeps (default: the beat schedule's)")
+    parser.add_argument("--steady-rate", type=float, default=50.0)
+    parser.add_argument("--steady-seconds", type=float, default=30.0)
+    parser.add_argument("--skills", type=int, default=10)
+    parser.add_argument("--keep", action="store_true", help="keep the database afterwards")
+    args = parser.parse_args()
+    sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
+
+    bench_environment()
+    machine_print()
+    with scratch_database(DATABASE, keep=args.keep):
+        from django.conf import settings
+
+        from inbox import deadlines
+
+        args.batch = args.batch or deadlines.BATCH
+        args.interval = args.interval or float(
+            settings.CELERY_BEAT_SCHEDULE["deadlines-sweep"]["schedule"])
+        rows = [run_size(args, size) for size in sizes]
+    print(f"\nSweeper: {args.due:,} deadlines due (offer, work, overall/abort, a third each), "
+          f"batch {args.batch} per clock, one sweep per {args.interval:g} s (beat), "
+          f"steady {args.steady_rate:g}/s for {args.steady_seconds:g} s\n")
+    print(table(["non-due tasks", "backlog handled/s (wall)", "handled/s (sweeping)",
+                 "backlog drained in s", "steady lateness p50 ms", "p99 ms", "max ms"], rows))
+
+
+def run_size(args: argparse.Namespace, size: int) -> list:
+    from django.db import connection
+
+    print(f"\n=== {size:,} non-due tasks, {args.due:,} due")
+    started = time.perf_counter()
+    seed(size=size, due=args.due, skills=args.skills)
+    with connection.cursor() as cursor:
+        cursor.execute("VACUUM ANALYZE inbox_task")
+    print(f"loaded in {time.perf_counter() - started:.1f} s")
+
+    backlog = sweep_until(args, expected=args.due, label="backlog")
+    with connection.cursor() as cursor:
+        # How long after the first sweep each backlog deadline was handled.
+        cursor.execute(
+            "SELECT (extract(epoch FROM e.at - %s) * 1000)::float8 FROM inbox_taskevent e "
+            "JOIN bench_due d ON d.task_id = e.task_id AND d.phase = 'backlog' "
+            "WHERE e.action = ANY(%s)", [backlog["first"], TIMEOUT_ACTIONS])
+        reached = [row[0] for row in cursor.fetchall()]
+    print(f"backlog: {backlog['handled']:,} handled in {backlog['wall']:.1f} s "
+          f"({backlog['sweeps']} sweeps, {backlog['busy']:.1f} s sweeping); reached after "
+          f"p50 {percentile(reached, 50) / 1000:.1f} s, p99 {percentile(reached, 99) / 1000:.1f} s")
+
+    steady_count = steady_schedule(args)
+    steady = sweep_until(args, expected=steady_count, label="steady",
+                         at_least=args.steady_seconds)
+    lateness = steady_lateness()
+    print(f"steady: {steady['handled']:,} handled; lateness p50 {percentile(lateness, 50):.0f} "
+          f"ms, p99 {percentile(lateness, 99):.0f} ms")
+    check(expected=args.due + steady_count)
+    return [size, backlog["handled"] / backlog["wall"], backlog["handled"] / backlog["busy"],
+            backlog["wall"], percentile(lateness, 50), percentile(lateness, 99),
+            max(lateness, default=float("nan"))]
+
+
+def seed(*, size: int, due: int, skills: int) -> None:
+    """Replace every task with size non-due and due due ones; record the due deadlines."""
+    from django.db import connection
+
+    from accounts.models import Skill, User
+
+    with connection.cursor() as cursor:
+        cursor.execute("DROP TABLE IF EXISTS bench_due")
+        cursor.execute("TRUNCATE inbox_taskevent, inbox_outbox, inbox_taskpass, inbox_task")
+        cursor.execute("CREATE TABLE bench_due (task_id uuid PRIMARY KEY, "
+                       "due_at timestamptz NOT NULL, phase text NOT NULL)")
+    if not Skill.objects.exists():
+        skills_create(skills, dispatch="pull", prefix="pull")
+        skills_create(skills, dispatch="push", prefix="push")
+        pull = list(Skill.objects.filter(dispatch="pull").values_list("pk", flat=True))
+        workers_create(50, skills_of=lambda i: [pull[i % len(pull)]], capacity=100)
+    pull = list(Skill.objects.filter(dispatch="pull").values_list("pk", flat=True))
+    push = list(Skill.objects.filter(dispatch="push").values_list("pk", flat=True))
+    workers = list(User.objects.values_list("pk", flat=True))
+    state = ("CASE WHEN n % 10 < 6 THEN 'completed' WHEN n % 10 < 8 THEN 'queued' "
+             "WHEN n % 10 < 9 THEN 'in_progress' ELSE 'offered' END")
+    with connection.cursor() as cursor:
+        tasks_insert(
+            cursor, count=size, state=state,
+            skill_id=f"CASE WHEN n % 10 = 9 THEN {cycle(push)} ELSE {cycle(pull)} END",
+            assignee_id=f"CASE WHEN n % 10 >= 8 THEN {cycle(workers)} END",
+            offer_deadline="CASE WHEN n % 10 = 9 THEN now() + interval '1 hour' END",
+            work_deadline="CASE WHEN n % 10 = 8 THEN now() + interval '1 hour' END",
+        )
+        # Due: n % 3 = 0 offer, 1 work, 2 overall; due times spread over the last minute.
+        past = (f"now() - interval '60 seconds' "
+                f"+ (n - {size}) * interval '{60 / max(due, 1):.6f} seconds'")
+        tasks_insert(
+            cursor, count=due, start=size + 1, title="'Due ' || n",
+            state="CASE n % 3 WHEN 0 THEN 'offered' WHEN 1 THEN 'in_progress' "
+                  "ELSE 'queued' END",
+            skill_id=f"CASE WHEN n % 3 = 0 THEN {cycle(push)} ELSE {cycle(pull)} END",
+            assignee_id=f"CASE WHEN n % 3 < 2 THEN {cycle(workers)} END",
+            offer_deadline=f"CASE WHEN n % 3 = 0 THEN {past} END",
+            work_deadline=f"CASE WHEN n % 3 = 1 THEN {past} END",
+            overall_deadline=f"CASE WHEN n % 3 = 2 THEN {past} "
+                             "ELSE now() + interval '1 day' END",
+        )
+        cursor.execute(
+            "INSERT INTO bench_due SELECT id, CASE state WHEN 'offered' THEN offer_deadline "
+            "WHEN 'in_progress' THEN work_deadline ELSE overall_deadline END, 'backlog' "
+            "FROM inbox_task WHERE title LIKE 'Due %'")
+
+
+def steady_schedule(args: argparse.Namespace) -> int:
+    """Make running clocks of non-due tasks fall due at steady_rate per second from now."""
+    from django.db import connection
+
+    count = int(args.steady_rate * args.steady_seconds)
+    step = 1 / args.steady_rate
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "WITH pick AS (SELECT id, row_number() OVER () AS k FROM inbox_task "
+            "  WHERE state IN ('queued', 'in_progress', 'offered') AND title LIKE 'Task %%' "
+            "  LIMIT %s), "
+            "due AS (SELECT id, now() + interval '1 second' + k * make_interval(secs => %s) "
+            "  AS at FROM pick), "
+            "moved AS (UPDATE inbox_task t SET "
+            "  offer_deadline = CASE WHEN t.state = 'offered' THEN due.at "
+            "                   ELSE t.offer_deadline END, "
+            "  work_deadline = CASE WHEN t.state = 'in_progress' THEN due.at "
+            "                  ELSE t.work_deadline END, "
+            "  overall_deadline = CASE WHEN t.state = 'queued' THEN due.at "
+            "                     ELSE t.overall_deadline END "
+            "  FROM due WHERE t.id = due.id RETURNING t.id, due.at) "
+            "INSERT INTO bench_due SELECT id, at, 'steady' FROM moved", [count, step])
+    return count
+
+
+def sweep_until(args: argparse.Namespace, *, expected: int, label: str,
+                at_least: float = 0.0) -> dict:
+    """Sweep once per interval until expected deadlines are handled (and at_least seconds)."""
+    from inbox.deadlines import deadlines_sweep
+
+    handled = sweeps = 0
+    busy = 0.0
+    first = None
+    began = time.perf_counter()
+    idle_since = None
+    while True:
+        start = time.perf_counter()
+        if first is None:
+            from django.utils import timezone
+
+            first = timezone.now()
+        result = deadlines_sweep(batch=args.batch)
+        elapsed = time.perf_counter() - start
+        busy += elapsed
+        sweeps += 1
+        if result["failed"]:
+            raise SystemExit(f"{label}: {result['failed']} timeouts failed: {result}")
+        done = result["offer"] + result["work"] + result["overall"]
+        handled += done
+        if handled >= expected and time.perf_counter() - began >= at_least:
+            break
+        idle_since = None if done else (idle_since or time.perf_counter())
+        if idle_since and time.perf_counter() - idle_since > 10 * args.interval + 10:
+            raise SystemExit(f"{label}: stuck at {handled:,} of {expected:,} deadlines")
+        # As beat: the next sweep at the next tick, at once if this one outlasted it.
+        time.sleep(max(0.0, args.interval - elapsed))
+    wall = time.perf_counter() - began
+    return {"handled": handled, "sweeps": sweeps, "busy": busy, "wall": wall, "first": first}
+
+
+def steady_lateness() -> list[float]:
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT (extract(epoch FROM e.at - d.due_at) * 1000)::float8 FROM inbox_taskevent e "
+            "JOIN bench_due d ON d.task_id = e.task_id AND d.phase = 'steady' "
+            "WHERE e.action = ANY(%s)", [TIMEOUT_ACTIONS])
+        return [row[0] for row in cursor.fetchall()]
+
+
+def check(*, expected: int) -> None:
+    """Check each due deadline was handled once and no callback left the building."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*), count(DISTINCT e.task_id) FROM inbox_taskevent e "
+                       "JOIN bench_due d ON d.task_id = e.task_id WHERE e.action = ANY(%s)",
+                       [TIMEOUT_ACTIONS])
+        events, tasks = cursor.fetchone()
+        cursor.execute("SELECT count(*) FROM inbox_taskevent WHERE action = ANY(%s)",
+                       [TIMEOUT_ACTIONS])
+        (all_events,) = cursor.fetchone()
+        cursor.execute("SELECT status, count(*) FROM inbox_outbox GROUP BY status")
+        outbox = dict(cursor.fetchall())
+    print(f"check: {expected:,} deadlines due, {events:,} timeouts on {tasks:,} tasks "
+          f"({all_events:,} timeouts in all); outbox {outbox} (pending: nothing was sent)")
+    if not (events == tasks == expected == all_events) or set(outbox) - {"pending"}:
+        raise SystemExit("The sweeper's work does not match the deadlines: figures not valid.")
+
+
+if __name__ == "__main__":
+    main()

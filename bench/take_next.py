@@ -1,0 +1,425 @@
+"""Take next at scale: claims per second and latency of the service call, the HTTP
+endpoint and the raw SQL limit, side by side, with the same concurrency in the same run.
+
+Usage (PostgreSQL only; makes and drops its own database, inbox_bench_take_next):
+    DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres .venv/bin/python \
+        bench/take_next.py [--tasks 1000000] [--skills 100] [--takers 32] [--seconds 15]
+
+Loads --tasks queued tasks spread over --skills pull queues with one INSERT ... SELECT
+generate_series, then runs three phases of --seconds each (after --warmup seconds that
+are not counted), one after the other on the same database:
+
+- raw: a plain SQL loop, one autocommit statement per claim
+  (UPDATE ... WHERE id = (SELECT ... FOR UPDATE SKIP LOCKED LIMIT 1) RETURNING id);
+- service: inbox.dispatch.task_take_next(worker=...) called in-process;
+- http: POST /api/inbox/tasks/next/ (DRF token sign-in) to gunicorn, started here with
+  --http-workers sync workers on the same database.
+
+Every taker is its own OS process with its own database connection (or HTTP
+connection): threads would serialise the service call's Python on the GIL and measure
+the interpreter, not the inbox. Takers share queues (--share takers per skill), so
+SKIP LOCKED is exercised. A worker holds at most 100 tasks (the capacity ceiling), so
+each service or HTTP taker goes through a pool of its own workers, moving to the next
+one every 100 claims. Everything (PostgreSQL, gunicorn, the takers) runs on this machine:
+the figures are those of the whole box, load generator included.
+"""
+
+import argparse
+import http.client
+import multiprocessing
+import os
+import random
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _common import (
+    ROOT,
+    api_token,
+    bench_environment,
+    cycle,
+    free_port,
+    libpq_url,
+    machine_print,
+    percentile,
+    scratch_database,
+    skills_create,
+    table,
+    tasks_insert,
+    workers_create,
+)
+
+DATABASE = "inbox_bench_take_next"
+CAPACITY = 100  # The users table's ceiling: a worker never holds more.
+
+RAW_TAKE = """
+UPDATE inbox_task
+   SET state = 'in_progress', assignee_id = %(worker)s, version = version + 1,
+       work_deadline = now() + interval '30 minutes'
+ WHERE id = (SELECT id FROM inbox_task
+              WHERE skill_id = %(skill)s AND state = 'queued' AND min_proficiency <= 3
+              ORDER BY priority DESC, created_at
+              LIMIT 1 FOR UPDATE SKIP LOCKED)
+RETURNING id
+"""
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tasks", type=int, default=1_000_000)
+    parser.add_argument("--skills", type=int, default=100)
+    parser.add_argument("--takers", type=int, default=32)
+    parser.add_argument("--share", type=int, default=2,
+                        help="takers per queue (skill); the takers use takers/share skills")
+    parser.add_argument("--seconds", type=float, default=15.0, help="measured, per phase")
+    parser.add_argument("--warmup", type=float, default=2.0, help="not counted, per phase")
+    parser.add_argument("--rate", type=float, default=0.0,
+                        help="claims/s offered by all takers together, paced; "
+                             "0 (default): each takes again as soon as it has its task")
+    parser.add_argument("--http-workers", type=int, default=2 * (os.cpu_count() or 1) + 1)
+    parser.add_argument("--workers-per-taker", type=int, default=40,
+                        help="pool of workers per service/HTTP taker (100 claims each)")
+    parser.add_argument("--phases", default="raw,service,http")
+    parser.add_argument("--profile", type=int, default=0, metavar="N",
+                        help="also profile N service calls in one process (cProfile)")
+    parser.add_argument("--keep", action="store_true", help="keep the database afterwards")
+    args = parser.parse_args()
+    phases = [p.strip() for p in args.phases.split(",") if p.strip()]
+    unknown = set(phases) - {"raw", "service", "http"}
+    if unknown:
+        parser.error(f"unknown phases: {sorted(unknown)}")
+
+    bench_environment()
+    machine_print()
+    with scratch_database(DATABASE, keep=args.keep):
+        results = run(args, phases)
+    report(args, results)
+
+
+def run(args: argparse.Namespace, phases: list[str]) -> dict[str, dict]:
+    from django.db import connection, connections
+
+    skills = skills_create(args.skills)
+    started = time.perf_counter()
+    with connection.cursor() as cursor:
+        tasks_insert(cursor, count=args.tasks, skill_id=cycle(skills))
+        cursor.execute("VACUUM ANALYZE inbox_task")
+    print(f"\n{args.tasks:,} queued tasks over {args.skills} skills loaded in "
+          f"{time.perf_counter() - started:.1f} s")
+    taker_skill = [skills[(i // args.share) % len(skills)] for i in range(args.takers)]
+    per_taker = args.workers_per_taker
+    pools: dict[str, list[list[int]]] = {}
+    for phase in phases:
+        ids = workers_create(
+            args.takers * (1 if phase == "raw" else per_taker), prefix=f"{phase}-",
+            skills_of=lambda i: [taker_skill[i % args.takers]], capacity=CAPACITY,
+            api_tokens=phase == "http",
+        )
+        # Worker i belongs to taker i % takers (so it holds that taker's skill); an HTTP
+        # taker knows its workers by their API tokens.
+        pools[phase] = [
+            [api_token(f"{phase}-", i) for i in range(t, len(ids), args.takers)]
+            if phase == "http" else ids[t::args.takers]
+            for t in range(args.takers)
+        ]
+    print(f"{args.takers} takers, {args.share} per queue, on "
+          f"{len(set(taker_skill))} skills; "
+          f"{per_taker} workers per service/HTTP taker (capacity {CAPACITY})")
+    queries = service_queries(pools)
+    if queries is not None:
+        print(f"service call: {queries} SQL statements per take (one call, counted)")
+    if args.profile:
+        profile_service(pools, args.profile)
+
+    from django.utils import timezone
+
+    since = timezone.now()
+    results = {}
+    for phase in phases:
+        connections.close_all()  # Each forked taker opens its own connection.
+        server = gunicorn_start(args.http_workers) if phase == "http" else None
+        try:
+            results[phase] = run_phase(phase, args, pools[phase], taker_skill,
+                                       port=server[1] if server else 0)
+        finally:
+            if server:
+                gunicorn_stop(server[0])
+        r = results[phase]
+        print(f"{phase}: {r['claims']:,} claims in {args.seconds:.0f} s; "
+              f"{sum(r['errors'].values())} errors {dict(r['errors']) or ''}")
+    check_claims(results, since)
+    return results
+
+
+def service_queries(pools: dict[str, list[list[int]]]) -> int | None:
+    """Count the statements of one service take (by a spare worker, released after)."""
+    if "service" not in pools:
+        return None
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from accounts.models import User
+    from inbox import dispatch
+
+    worker = User.objects.get(pk=pools["service"][0][-1])
+    with CaptureQueriesContext(connection) as captured:
+        task = dispatch.task_take_next(worker=worker)
+    dispatch.task_release(worker=worker, task_id=task.pk)
+    return len(captured.captured_queries)
+
+
+def profile_service(pools: dict[str, list[list[int]]], calls: int) -> None:
+    """Profile calls service takes in this process and print the costliest functions."""
+    import cProfile
+    import pstats
+
+    from accounts.models import User
+    from inbox import dispatch
+
+    workers = list(User.objects.filter(pk__in=[p[-1] for p in pools.get("service", [])]))
+    if not workers:
+        print("--profile needs the service phase")
+        return
+    taken = []
+    profiler = cProfile.Profile()
+    started = time.perf_counter()
+    profiler.enable()
+    for n in range(calls):
+        worker = workers[n % len(workers)]
+        taken.append((worker, dispatch.task_take_next(worker=worker)))
+    profiler.disable()
+    elapsed = time.perf_counter() - started
+    print(f"\nprofile: {calls} service takes, one process, {elapsed / calls * 1000:.2f} ms "
+          "each (under cProfile); costliest by cumulative time:")
+    stats = pstats.Stats(profiler)
+    stats.sort_stats("cumulative").print_stats(25)
+    for worker, task in taken:  # Give them back: the phases start from empty workers.
+        dispatch.task_release(worker=worker, task_id=task.pk)
+
+
+def run_phase(phase: str, args: argparse.Namespace, pool: list[list[int]],
+              taker_skill: list[int], *, port: int) -> dict:
+    context = multiprocessing.get_context("fork")
+    queue = context.Queue()
+    start = time.time() + 1.0 + args.takers * 0.02  # Time for every taker to start.
+    measure = start + args.warmup
+    stop = measure + args.seconds
+    target = {"raw": raw_taker, "service": service_taker, "http": http_taker}[phase]
+    takers = [
+        context.Process(target=target, args=(queue, i, pool[i], taker_skill[i],
+                                             (start, measure, stop), port,
+                                             args.takers / args.rate if args.rate else 0.0))
+        for i in range(args.takers)
+    ]
+    for taker in takers:
+        taker.start()
+    outcomes = [queue.get(timeout=stop - time.time() + 120) for _ in takers]
+    for taker in takers:
+        taker.join(timeout=30)
+        if taker.exitcode != 0:
+            raise SystemExit(f"A {phase} taker exited with {taker.exitcode}.")
+    latencies = [x for o in outcomes for x in o["latencies"]]
+    errors: Counter = Counter()
+    for o in outcomes:
+        errors.update(o["errors"])
+    return {"claims": len(latencies), "latencies": latencies, "errors": errors,
+            "taken": sum(o["taken"] for o in outcomes)}
+
+
+def _loop(queue: multiprocessing.Queue, window: tuple[float, float, float], take,
+          interval: float = 0.0) -> None:
+    """Call take() from start to stop; record each successful take's latency after measure.
+
+    take() returns True for a claim, False when the taker must stop (out of workers),
+    or raises; an exception is counted by its class name and the loop goes on. With an
+    interval, takes are paced at one per interval and latency runs from the planned
+    start, so a taker that falls behind shows it (no coordinated omission).
+    """
+    start, measure, stop = window
+    latencies: list[float] = []
+    errors: Counter = Counter()
+    taken = 0
+    time.sleep(max(0.0, start - time.time()))
+    # Paced takers start spread over one interval, not all at once.
+    planned = time.perf_counter() + random.random() * interval
+    while True:
+        if interval:
+            time.sleep(max(0.0, planned - time.perf_counter()))
+        began = time.time()
+        if began >= stop:
+            break
+        t0 = planned if interval else time.perf_counter()
+        planned += interval
+        try:
+            ok = take()
+        except Exception as exc:  # counted and reported, never hidden
+            errors[type(exc).__name__ + (f" {exc}" if isinstance(exc, HttpError) else "")] += 1
+            continue
+        elapsed = time.perf_counter() - t0
+        if not ok:
+            errors["out of workers (raise --workers-per-taker)"] += 1
+            break
+        taken += 1
+        if began >= measure:
+            latencies.append(elapsed * 1000)
+    queue.put({"latencies": latencies, "errors": dict(errors), "taken": taken})
+
+
+def raw_taker(queue, i, workers, skill, window, port, interval) -> None:
+    import psycopg
+
+    with psycopg.connect(libpq_url(), autocommit=True) as conn:
+        params = {"worker": workers[0], "skill": skill}
+
+        def take() -> bool:
+            if conn.execute(RAW_TAKE, params).fetchone() is None:
+                raise QueueEmpty("queue empty")
+            return True
+
+        _loop(queue, window, take, interval)
+
+
+def service_taker(queue, i, workers, skill, window, port, interval) -> None:
+    from accounts.models import User
+    from inbox import dispatch
+
+    pool = list(User.objects.filter(pk__in=workers).order_by("pk"))
+    state = {"worker": 0, "held": 0}
+
+    def take() -> bool:
+        if state["held"] >= CAPACITY:
+            state["worker"] += 1
+            state["held"] = 0
+        if state["worker"] >= len(pool):
+            return False
+        dispatch.task_take_next(worker=pool[state["worker"]])
+        state["held"] += 1
+        return True
+
+    _loop(queue, window, take, interval)
+
+
+def http_taker(queue, i, workers, skill, window, port, interval) -> None:
+    tokens = workers
+    state = {"worker": 0, "held": 0}
+
+    def take() -> bool:
+        if state["held"] >= CAPACITY:
+            state["worker"] += 1
+            state["held"] = 0
+        if state["worker"] >= len(tokens):
+            return False
+        # A new connection per request: gunicorn's sync workers close each one.
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+        try:
+            conn.request("POST", "/api/inbox/tasks/next/", body=b"{}", headers={
+                "Authorization": f"Token {tokens[state['worker']]}",
+                "Content-Type": "application/json", "Host": "127.0.0.1"})
+            response = conn.getresponse()
+            body = response.read()
+        finally:
+            conn.close()
+        if response.status != 200:
+            raise HttpError(f"{response.status} {body[:120]!r}")
+        state["held"] += 1
+        return True
+
+    _loop(queue, window, take, interval)
+
+
+class HttpError(Exception):
+    pass
+
+
+class QueueEmpty(Exception):
+    pass
+
+
+def gunicorn_start(workers: int) -> tuple[subprocess.Popen, int]:
+    """Start gunicorn on a free port against the bench database; wait until it answers."""
+    port = free_port()
+    process = subprocess.Popen(
+        [str(Path(sys.executable).parent / "gunicorn"), "config.wsgi:application",
+         "--bind", f"127.0.0.1:{port}", "--workers", str(workers), "--worker-class", "sync",
+         "--log-level", "warning", "--timeout", "120"],
+        cwd=ROOT, env=os.environ.copy(),
+    )
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        if process.poll() is not None:
+            raise SystemExit(f"gunicorn exited with {process.returncode}")
+        try:
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+            conn.request("GET", "/api/inbox/queues/", headers={"Host": "127.0.0.1"})
+            status = conn.getresponse().status
+            conn.close()
+            if status in (401, 403):  # Up, and refusing an anonymous caller as it should.
+                print(f"gunicorn: {workers} sync workers on port {port}")
+                return process, port
+            raise SystemExit(f"gunicorn answered {status} to an anonymous GET")
+        except OSError:
+            time.sleep(0.3)
+    process.terminate()
+    raise SystemExit("gunicorn did not answer within 60 s")
+
+
+def gunicorn_stop(process: subprocess.Popen) -> None:
+    process.terminate()
+    try:
+        process.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+def check_claims(results: dict[str, dict], since: object) -> None:
+    """Check the claims counted are the tasks taken since the phases began, each once."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM inbox_task WHERE state = 'in_progress'")
+        in_progress = cursor.fetchone()[0]
+        # The raw phase writes no event; the service and HTTP phases one per take.
+        cursor.execute("SELECT count(*), count(DISTINCT task_id) FROM inbox_taskevent "
+                       "WHERE action = 'take_next' AND at >= %s", [since])
+        events, distinct = cursor.fetchone()
+    counted = sum(r["taken"] for r in results.values())
+    evented = sum(r["taken"] for phase, r in results.items() if phase != "raw")
+    print(f"check: {counted:,} claims counted (warm-up included), {in_progress:,} tasks in "
+          f"progress, {events:,} take_next events on {distinct:,} distinct tasks")
+    if counted != in_progress or events != distinct or events != evented:
+        raise SystemExit("The claims counted do not match the database: figures not valid.")
+
+
+def report(args: argparse.Namespace, results: dict[str, dict]) -> None:
+    names = {"raw": "raw SQL limit (UPDATE ... SKIP LOCKED)",
+             "service": "service call dispatch.task_take_next",
+             "http": "HTTP POST /api/inbox/tasks/next/"}
+    rows = []
+    for phase, r in results.items():
+        lat = r["latencies"]
+        rows.append([names[phase], r["claims"] / args.seconds, percentile(lat, 50),
+                     percentile(lat, 95), percentile(lat, 99), max(lat, default=float("nan")),
+                     sum(r["errors"].values())])
+    pace = f"paced at {args.rate:g} claims/s in all" if args.rate else "closed loop, no pause"
+    print(f"\nTake next: {args.tasks:,} queued tasks, {args.skills} skills, {args.takers} "
+          f"concurrent takers ({pace}), {args.seconds:.0f} s per phase "
+          f"(+{args.warmup:.0f} s warm-up)\n")
+    print(table(["path", "claims/s", "p50 ms", "p95 ms", "p99 ms", "max ms", "errors"], rows))
+    if "raw" in results and "service" in results and results["service"]["claims"]:
+        raw, service = results["raw"], results["service"]
+        p99 = percentile(service["latencies"], 99) / percentile(raw["latencies"], 99)
+        print(f"\nservice/raw: throughput {service['claims'] / max(raw['claims'], 1):.2f}x, "
+              f"p99 latency {p99:.1f}x")
+    if "service" in results:
+        p99 = percentile(results["service"]["latencies"], 99)
+        print(f"goal p99 < 25 ms for the service call: {'met' if p99 < 25 else 'NOT met'} "
+              f"({p99:.1f} ms)")
+
+
+if __name__ == "__main__":
+    main()
