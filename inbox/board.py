@@ -150,11 +150,16 @@ def board_tasks(*, user: User, filters: Filters, now: datetime.datetime,
     column, descending = SORTS[filters.sort]
     if filters.after is not None:
         value, last_id = filters.after
+        # The first, redundant bound is what an index can start from: without it the
+        # planner reads and discards every row before the cursor (the OR is no index
+        # condition), so a later page would cost more than the first.
         if descending:
-            tasks = tasks.filter(Q(**{f"{column}__lt": value})
+            tasks = tasks.filter(Q(**{f"{column}__lte": value}),
+                                 Q(**{f"{column}__lt": value})
                                  | Q(**{column: value, "id__lt": last_id}))
         else:
-            tasks = tasks.filter(Q(**{f"{column}__gt": value})
+            tasks = tasks.filter(Q(**{f"{column}__gte": value}),
+                                 Q(**{f"{column}__gt": value})
                                  | Q(**{column: value, "id__gt": last_id}))
     prefix = "-" if descending else ""
     rows = list(tasks.order_by(f"{prefix}{column}", f"{prefix}id")[:size + 1])
