@@ -262,3 +262,22 @@ def test_processes_are_listed_with_their_versions(emulator, admin, browser_for):
     assert f"<code>{newest.state_machine_name}</code>" in html
     assert html.index("v2 <span") < html.index("<td>v1</td>")  # newest first, marked current
     assert "root@example.com" in html  # v1's deployer
+
+
+# The help overlay ---------------------------------------------------------------------------
+
+
+def help_keys(html: str) -> set[str]:
+    """The keys the page's help dialog lists (each <kbd> inside <dialog id="help-dialog">)."""
+    dialog = re.search(r'<dialog id="help-dialog".*?</dialog>', html, re.S)
+    assert dialog, "the page has no help dialog"
+    return set(re.findall(r"<kbd>([^<]+)</kbd>", dialog.group(0)))
+
+
+def test_the_help_lists_only_the_team_pages_own_shortcuts(admin, browser_for):
+    client = browser_for(admin)
+    everywhere = {"?", "Esc"}
+    assert help_keys(client.get("/team/skills/").content.decode()) == everywhere | {
+        "Tab", "Shift", "Enter"}
+    for path in ["/team/intake/", "/team/processes/"]:
+        assert help_keys(client.get(path).content.decode()) == everywhere, path
