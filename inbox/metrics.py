@@ -33,8 +33,7 @@ from accounts.models import Skill
 from config.errors import ExternalServiceError
 from inbox.board import skill_counts
 from inbox.models import OPEN_STATES, Outbox, OutboxStatus
-from inbox.ratelimit import CACHE_ALIAS
-from inbox.ratelimit import _increment as cache_increment
+from inbox.ratelimit import CACHE_ALIAS, counter_increment
 from processes import aws
 
 logger = logging.getLogger(__name__)
@@ -64,7 +63,7 @@ def _counter_add(*, name: str, label: str) -> None:
         # The rate limit's cross-process increment: Redis INCR, or INCR under a file lock
         # beside the file cache (the local default), so concurrent workers lose no count.
         # No timeout: a counter lives until the cache is flushed.
-        cache_increment(cache=caches[CACHE_ALIAS], key=key, timeout=None)
+        counter_increment(cache=caches[CACHE_ALIAS], key=key, timeout=None)
     except Exception as exc:
         # A metric must not stop a callback; the miss is logged where it happened.
         logger.warning("Metric %s{%s} not counted, the cache failed: %s", name, label, exc)

@@ -59,7 +59,7 @@ def rate_take(*, name: str, limit: int, window_seconds: float = 1.0) -> Permit:
     # The counter outlives its window a little, so a late increment still finds it.
     timeout = int(window_seconds) + 2
     try:
-        count = _increment(cache=cache, key=key, timeout=timeout)
+        count = counter_increment(cache=cache, key=key, timeout=timeout)
     except Exception as exc:
         logger.warning("Rate limit %s unavailable, allowing the call: %s", name, exc)
         return Permit(granted=True, window=window, wait=0.0)
@@ -68,8 +68,11 @@ def rate_take(*, name: str, limit: int, window_seconds: float = 1.0) -> Permit:
     return Permit(granted=False, window=window, wait=wait)
 
 
-def _increment(*, cache: BaseCache, key: str, timeout: int) -> int:
-    """Add one to the counter at key (created with timeout) and return its new value."""
+def counter_increment(*, cache: BaseCache, key: str, timeout: int | None) -> int:
+    """Add one to the counter at key (created with timeout; None: never expires); return it.
+
+    Shared by every process through the cache: the rate limit and the metrics counters.
+    """
     if isinstance(cache, RedisCache):
         # SET NX then INCR: both atomic in Redis, and INCR keeps the expiry set by add.
         cache.add(key, 0, timeout=timeout)
