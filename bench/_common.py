@@ -137,11 +137,20 @@ def libpq_url() -> str:
 
 
 def database_create(name: str) -> None:
-    """Create database name, dropping it first if a previous run left it."""
+    """Create database name, dropping it first if a previous run left it unused.
+
+    Exit if someone is connected to it: another bench run is using it, and dropping it
+    would end that run.
+    """
     if not name.startswith("inbox_bench"):
         raise ValueError(f"Refusing to (re)create {name!r}: bench databases are inbox_bench*.")
     with _admin_connect() as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        (users,) = conn.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = %s",
+                                [name]).fetchone()
+        if users:
+            sys.exit(f"Database {name} is in use ({users} connection(s)): another bench run? "
+                     "Wait for it to finish; bench runs of one script cannot overlap.")
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
         conn.execute(f'CREATE DATABASE "{name}"')
 
 

@@ -44,6 +44,9 @@ from _common import (
 DATABASE = "inbox_bench_sweeper"
 TIMEOUT_ACTIONS = ["offer_timeout", "work_timeout", "overall_timeout"]
 
+# --quick: small sizes for a smoke check in a minute or two (bench/run_all --quick).
+QUICK = {"sizes": "10000,50000", "due": 2000, "steady_rate": 20.0, "steady_seconds": 6.0}
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -58,6 +61,10 @@ def main() -> None:
     parser.add_argument("--steady-seconds", type=float, default=30.0)
     parser.add_argument("--skills", type=int, default=10)
     parser.add_argument("--keep", action="store_true", help="keep the database afterwards")
+    parser.add_argument("--quick", action="store_true",
+                        help=f"small sizes for a smoke check: {QUICK} (explicit options win)")
+    if "--quick" in sys.argv[1:]:
+        parser.set_defaults(**QUICK)
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
 

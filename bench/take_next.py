@@ -67,6 +67,10 @@ UPDATE inbox_task
 RETURNING id
 """
 
+# --quick: small sizes for a smoke check in a minute or two (bench/run_all --quick).
+QUICK = {"tasks": 50_000, "skills": 20, "takers": 8, "seconds": 5.0, "warmup": 1.0,
+         "workers_per_taker": 5}
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -87,6 +91,10 @@ def main() -> None:
     parser.add_argument("--profile", type=int, default=0, metavar="N",
                         help="also profile N service calls in one process (cProfile)")
     parser.add_argument("--keep", action="store_true", help="keep the database afterwards")
+    parser.add_argument("--quick", action="store_true",
+                        help=f"small sizes for a smoke check: {QUICK} (explicit options win)")
+    if "--quick" in sys.argv[1:]:
+        parser.set_defaults(**QUICK)
     args = parser.parse_args()
     phases = [p.strip() for p in args.phases.split(",") if p.strip()]
     unknown = set(phases) - {"raw", "service", "http"}
