@@ -5,7 +5,7 @@ Usage (PostgreSQL and Redis; makes and drops its own database):
                                         [--quick]
 
 It runs on the PostgreSQL server of DATABASE_URL (default: local, user postgres) in a
-database of its own, inbox_bench_d2_callbacks; REDIS_URL (default Redis database 5) holds
+database of its own, inbox_bench_d2_callbacks_<pid>; REDIS_URL (default Redis database 5) holds
 the cache (the SendTask rate limit shared by all processes, as in production) and the
 Celery broker.
 
@@ -26,6 +26,7 @@ Every execution must end SUCCEEDED, and every outbox row be sent, or the script 
 """
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -47,7 +48,7 @@ def main() -> None:
         args.executions, args.live = 50, 20
 
     common.environment(broker="redis")
-    with scratch_database("inbox_bench_d2_callbacks"), common.emulator() as children:
+    with scratch_database(f"inbox_bench_d2_callbacks_{os.getpid()}"), common.emulator() as children:
         common.logs_to_file()
         run(backlog=args.executions, live=args.live, live_rate=args.live_rate,
             children=children)

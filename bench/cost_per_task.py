@@ -4,7 +4,7 @@ Usage (PostgreSQL and Redis; makes and drops its own database):
     .venv/bin/python bench/cost_per_task.py [--tasks 500] [--takers 4] [--quick]
 
 It runs on the PostgreSQL server of DATABASE_URL (default: local, user postgres) in a
-database of its own, inbox_bench_d2_cost; REDIS_URL (default Redis database 5) is the
+database of its own, inbox_bench_d2_cost_<pid>; REDIS_URL (default Redis database 5) is the
 cache and the Celery broker.
 
 The inbox runs as in production, each part a process of its own: the web app under
@@ -44,7 +44,7 @@ from _common import (
 
 TICKS = os.sysconf("SC_CLK_TCK")
 INBOX_PROCESSES = ("gunicorn", "celery worker", "celery beat")
-DATABASE = "inbox_bench_d2_cost"
+DATABASE = f"inbox_bench_d2_cost_{os.getpid()}"
 
 
 def main() -> None:

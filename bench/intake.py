@@ -1,10 +1,11 @@
 """Intake: envelopes per second from the SQS queue into tasks, for one intake worker.
 
 Usage (PostgreSQL and Redis; makes and drops its own database):
-    .venv/bin/python bench/intake.py [--envelopes 5000] [--quick]
+    .venv/bin/python bench/intake.py [--envelopes 5000] [--depth 100] [--quick]
 
 It runs on the PostgreSQL server of DATABASE_URL (default: local, user postgres) in a
-database of its own, inbox_bench_d2_intake, and uses REDIS_URL (default Redis database 5).
+database of its own, inbox_bench_d2_intake_<pid>, and uses REDIS_URL (default Redis
+database 5).
 
 One real execution of a one-human-stage process runs on the local emulator; its envelope
 is the template of M copies, each with a fresh random token of the same length and its own
@@ -16,13 +17,20 @@ copies go on the emulator's intake queue three times, and each time the queue is
    loop until a receive comes back empty (wait_seconds=0, so no empty long poll is timed);
 3. raw again, to show the emulator's speed did not drift meanwhile.
 
-It prints envelopes/s of each, the intake's share of the raw limit, and the CPU time of
-this process per envelope (the emulator runs in its own process and is not counted).
+The queue is filled and emptied in chunks of --depth envelopes, and only the emptying is
+timed: moto's SQS scans its whole queue on every receive and every delete, so with
+thousands waiting at once the emulator, not the loop, would set the pace (AWS does not).
+
+It prints envelopes/s of each, the intake's share of the raw limit, the CPU time of this
+process per envelope (the emulator runs in its own process and is not counted), and how
+many SQS calls each loop made and how long it waited for them (botocore's before-call
+and after-call events on the shared client).
 """
 
 import argparse
 import copy
 import json
+import os
 import secrets
 import sys
 import time
@@ -39,18 +47,20 @@ QUEUE_EMPTY_ATTRIBUTES = ("ApproximateNumberOfMessages", "ApproximateNumberOfMes
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--envelopes", type=int, default=5000, help="M, per round")
+    parser.add_argument("--depth", type=int, default=100,
+                        help="envelopes on the queue at a time")
     parser.add_argument("--quick", action="store_true", help="500 envelopes")
     args = parser.parse_args()
     count = 500 if args.quick else args.envelopes
 
     common.environment()
-    with scratch_database("inbox_bench_d2_intake"), common.emulator():
+    with scratch_database(f"inbox_bench_d2_intake_{os.getpid()}"), common.emulator():
         common.logs_to_file()
-        run(count=count)
+        run(count=count, depth=args.depth)
     common.var_dir_remove()
 
 
-def run(*, count: int) -> None:
+def run(*, count: int, depth: int) -> None:
     from django.conf import settings
 
     from inbox.models import IntakeError, Task
@@ -59,34 +69,67 @@ def run(*, count: int) -> None:
     common.process_ready()
     url = aws.queue_url(name=settings.INBOX_INTAKE_QUEUE)
     template = _real_envelope(url=url)
-    print(f"Intake benchmark: {count:,} envelopes per round, one intake worker")
+    print(f"Intake benchmark: {count:,} envelopes per round, {depth} on the queue at a time, "
+          "one intake worker")
     machine_print()
     print(f"Template: a real envelope of the emulator, token of {len(template['taskToken'])} "
           f"characters, body of {len(json.dumps(template))} bytes")
 
+    calls = _SqsCalls()
     rounds = []
     for name, drain in (("raw receive+delete", _raw_drain), ("intake_poll", _intake_drain),
                         ("raw receive+delete (after)", _raw_drain)):
-        _fill(url=url, template=template, count=count)
-        cpu = time.process_time()
-        started = time.perf_counter()
-        done = drain(url=url)
-        elapsed = time.perf_counter() - started
-        cpu = time.process_time() - cpu
+        done, elapsed, cpu = 0, 0.0, 0.0
+        calls.reset()
+        for start in range(0, count, depth):
+            _fill(url=url, template=template, count=min(depth, count - start))
+            cpu_started, started = time.process_time(), time.perf_counter()
+            calls.on = True
+            done += drain(url=url)
+            calls.on = False
+            elapsed += time.perf_counter() - started
+            cpu += time.process_time() - cpu_started
         if done != count:
             raise RuntimeError(f"{name}: {done} envelopes handled, {count} expected")
         _check_empty(url=url)
-        rounds.append((name, count / elapsed, elapsed, cpu * 1000 / count))
+        rounds.append((name, count / elapsed, elapsed, cpu * 1000 / count,
+                       calls.count / count, calls.seconds / elapsed * 100))
 
     created = Task.objects.count()
     if created != count or IntakeError.objects.exists():
         raise RuntimeError(f"{created} tasks created of {count}; intake errors: "
                            f"{IntakeError.objects.count()}")
     print()
-    print(table(["loop", "envelopes/s", "seconds", "CPU ms/envelope (this process)"], rounds))
+    print(table(["loop", "envelopes/s", "seconds", "CPU ms/envelope (this process)",
+                 "SQS calls/envelope", "% of time in SQS calls"], rounds))
     raw = (rounds[0][1] + rounds[2][1]) / 2
     print(f"\nintake / raw limit (mean of both raw rounds): {rounds[1][1] / raw:.2f} "
           f"({rounds[1][1]:.1f} vs {raw:.1f} envelopes/s)")
+
+
+class _SqsCalls:
+    """Count the SQS calls of the shared client and the seconds spent in them, while on."""
+
+    def __init__(self) -> None:
+        from processes import aws
+
+        self.on = False
+        self.reset()
+        self._started = 0.0
+        events = aws.client(service="sqs").meta.events
+        events.register("before-call.sqs", self._before)
+        events.register("after-call.sqs", self._after)
+
+    def reset(self) -> None:
+        self.count, self.seconds = 0, 0.0
+
+    def _before(self, **kwargs: object) -> None:
+        self._started = time.perf_counter()
+
+    def _after(self, **kwargs: object) -> None:
+        if self.on:
+            self.count += 1
+            self.seconds += time.perf_counter() - self._started
 
 
 def _real_envelope(*, url: str) -> dict:
