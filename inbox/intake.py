@@ -231,7 +231,7 @@ def _task_create(*, envelope: dict[str, Any]) -> str:
 def _invalid(*, message_id: str, receive_count: int, envelope: Any,
              problems: list[str]) -> str:
     token = _token_of(envelope)
-    problems = [_scrub(problem, token) for problem in problems]
+    problems = [_problem_scrub(problem, token) for problem in problems]
     _intake_error_record(message_id=message_id, receive_count=receive_count,
                          envelope=envelope, token=token, problems=problems)
     logger.warning(
@@ -279,6 +279,13 @@ def _where(envelope: Any, token: str | None) -> tuple[str, str]:
     if _scrub(stage, token) != stage:
         stage = ""
     return execution, stage
+
+
+def _problem_scrub(problem: str, token: str | None) -> str:
+    """Scrub a "field: rule" problem; its field and rule apart, so "taskToken: must be..."
+    does not read as a token's value and lose its rule."""
+    field, colon, rule = problem.partition(": ")
+    return _scrub(field, token) + colon + _scrub(rule, token)
 
 
 def _scrub(text: str, token: str | None) -> str:
