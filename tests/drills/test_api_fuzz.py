@@ -4,13 +4,17 @@ The schema is the one ``/api/schema/`` serves (drf-spectacular's generator); sch
 generates requests for every operation, valid and invalid, and sends them to the Django
 WSGI application signed in (API token) as a worker and as a supervisor. No answer may be
 a 5xx, invalid input must be refused with a 4xx and an unsupported method with a 405.
-Bounded: a few dozen examples per operation and role.
+Bounded: a few examples per operation and role (about a minute in all).
 """
+
+from collections.abc import Iterator
 
 import hypothesis
 import pytest
 import schemathesis
+from django.core import signals
 from django.core.wsgi import get_wsgi_application
+from django.db import close_old_connections
 from drf_spectacular.generators import SchemaGenerator
 from rest_framework.authtoken.models import Token
 from schemathesis import checks
@@ -31,8 +35,24 @@ CHECKS = [
 
 EXAMPLES = 10
 
+pytestmark = pytest.mark.slow  # ~60 s for the module, though each operation is quick
+
 schema = schemathesis.openapi.from_dict(SchemaGenerator().get_schema(request=None, public=True))
 schema.app = get_wsgi_application()
+
+
+@pytest.fixture(autouse=True)
+def connection_kept() -> Iterator[None]:
+    """Keep the test's database connection across requests, as Django's test client does.
+
+    The WSGI handler closes connections it finds in a transaction at each request's start
+    and end; the test's own transaction (and its rows) would go with it on PostgreSQL.
+    """
+    for signal in (signals.request_started, signals.request_finished):
+        signal.disconnect(close_old_connections)
+    yield
+    for signal in (signals.request_started, signals.request_finished):
+        signal.connect(close_old_connections)
 
 
 @pytest.fixture(params=["worker", "supervisor"])
