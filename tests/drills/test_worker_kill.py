@@ -24,6 +24,11 @@ def _settled() -> int:
     return Outbox.objects.filter(status__in=SETTLED).count()
 
 
+def _claimed() -> int:
+    """Count the rows a sender has claimed and not settled."""
+    return Outbox.objects.filter(status=OutboxStatus.PENDING, attempts__gt=0).count()
+
+
 @pytest.mark.postgres
 @pytest.mark.emulator
 @pytest.mark.django_db(transaction=True)
@@ -40,11 +45,14 @@ def test_a_worker_killed_mid_drain_loses_no_callback_and_sends_none_twice(
     worker = celery_worker(redis_url=settings.REDIS_URL, INBOX_SENDTASK_RATE="8")
 
     worker.start()
-    wait_until(lambda: _settled() >= TASKS // 4, timeout=60, what="a quarter of the sends")
+    # Kill it holding a claim (most of the time it does: a claimed row waits for its
+    # SendTask permit), so the restart must also wait out a dead worker's lease.
+    wait_until(lambda: _settled() >= TASKS // 4 and _claimed() > 0, timeout=60,
+               what="a quarter of the sends, with one more claimed", every=0.01)
     worker.kill()
 
     at_kill = _settled()
-    in_flight = Outbox.objects.filter(status=OutboxStatus.PENDING, attempts__gt=0).count()
+    in_flight = _claimed()
     assert 0 < at_kill < TASKS, f"the kill came too late to drill anything ({at_kill} sent)"
     worker.start()
     wait_until(lambda: _settled() == TASKS, timeout=90, what="every callback's delivery",
