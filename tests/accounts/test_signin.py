@@ -23,7 +23,12 @@ PUBLIC_URL_NAMES = {
     "socialaccount_signup",
     "socialaccount_login_cancelled",
     "socialaccount_login_error",
+    # Probes for load balancers and orchestrators (tests/config/test_health.py).
+    "healthz",
+    "readyz",
 }
+# Machine endpoints answer 401/403 instead of redirecting to a sign-in page.
+MACHINE_PREFIXES = ("/api/", "/metrics")
 
 
 def _concrete_paths(resolver=None, prefix=""):
@@ -81,14 +86,14 @@ def test_open_signup_can_be_turned_on(client, db, settings):
 def test_anonymous_visitors_are_sent_to_sign_in_from_every_page(client, db):
     """Walks every argument-free URL of the project; only sign-in pages are public.
 
-    Pages redirect to a sign-in page; the API answers 401/403 instead.
+    Pages redirect to a sign-in page; the API and the metrics answer 401/403 instead.
     """
     sign_in_pages = (reverse("account_login"), reverse("admin:login"))
     checked, wrong = 0, []
     for name, path in _concrete_paths():
         if name in PUBLIC_URL_NAMES or path in sign_in_pages:
             continue
-        if path.startswith("/api/"):
+        if path.startswith(MACHINE_PREFIXES):
             status = client.get(path).status_code
             if status not in (401, 403):
                 wrong.append(f"{name} {path} -> {status}")
