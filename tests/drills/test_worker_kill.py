@@ -13,6 +13,7 @@ of 120 s, so a row claimed by the killed worker is due again within the drill.
 import pytest
 from django.conf import settings
 
+from config.celery import app as celery_app
 from inbox.models import Outbox, OutboxStatus, Task, TaskState
 from tests.drills.conftest import SETTLED, complete, task_outcomes, wait_until
 from tests.sfn import execution_wait
@@ -37,6 +38,8 @@ def test_a_worker_killed_mid_drain_loses_no_callback_and_sends_none_twice(
 ):
     if not settings.REDIS_URL:
         pytest.skip("needs Redis: set REDIS_URL (as .ci/run does)")
+    # Leave the worker only this drill's messages, not those earlier tests left in Redis.
+    celery_app.control.purge()
     reviews = start_reviews(TASKS)
     for review in reviews:
         complete(review, reviewer)  # enqueued on commit; no worker runs yet
