@@ -37,6 +37,7 @@ from _common import (
     api_token,
     free_port,
     machine_print,
+    percentile,
     scratch_database,
     table,
     workers_create,
@@ -134,6 +135,8 @@ def run(*, tasks: int, takers: int, idle: float, children: common.Children) -> N
           f"core (net), {1000 / (gross_all / tasks):.1f} (gross)")
     print(f"PostgreSQL backends of the bench database (not in the total): "
           f"{postgres / tasks:.2f} ms/task")
+    print("Complete to SendTaskSuccess returned (outbox created_at to sent_at), ms: "
+          + ", ".join(f"p{p} {value:.0f}" for p, value in _callback_latency().items()))
 
 
 def _http_ready(*, base: str, timeout: float = 60) -> None:
@@ -227,6 +230,14 @@ def _sent_wait(*, count: int, children: common.Children, timeout: float = 180) -
         if time.monotonic() > deadline:
             raise RuntimeError(f"callbacks not all sent after {timeout} s")
         time.sleep(0.1)
+
+
+def _callback_latency() -> dict[int, float]:
+    from inbox.models import Outbox
+
+    latencies = [(sent - created).total_seconds() * 1000
+                 for created, sent in Outbox.objects.values_list("created_at", "sent_at")]
+    return {p: percentile(latencies, p) for p in (50, 95, 99)}
 
 
 def _cpu(children: common.Children) -> dict[str, float]:
