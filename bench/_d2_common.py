@@ -88,10 +88,17 @@ def logs_to_file() -> Path:
     return path
 
 
-def var_dir_remove() -> None:
-    """Remove the scratch INBOX_VAR_DIR made by environment()."""
-    path = os.environ.get("INBOX_VAR_DIR", "")
-    if Path(path).name.startswith("inbox-bench-d2-"):
+@contextlib.contextmanager
+def var_dir_kept_on_failure() -> Iterator[None]:
+    """Remove the scratch INBOX_VAR_DIR after a run; keep it (and say where) if it failed."""
+    path = Path(os.environ["INBOX_VAR_DIR"])
+    try:
+        yield
+    except BaseException:
+        print(f"This run's files (bench.log: this process's log lines) are in {path}",
+              file=sys.stderr)
+        raise
+    if path.name.startswith("inbox-bench-d2-"):
         shutil.rmtree(path, ignore_errors=True)
 
 

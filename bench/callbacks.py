@@ -5,9 +5,10 @@ Usage (PostgreSQL and Redis; makes and drops its own database):
                                         [--quick]
 
 It runs on the PostgreSQL server of DATABASE_URL (default: local, user postgres) in a
-database of its own, inbox_bench_d2_callbacks_<pid>; REDIS_URL (default Redis database 5) holds
-the cache (the SendTask rate limit shared by all processes, as in production) and the
-Celery broker.
+database of its own, inbox_bench_d2_callbacks_<pid>; REDIS_URL (default Redis database
+5) holds the cache (the SendTask rate limit shared by all processes, as in production)
+and the Celery broker, whose queue it purges: run one such benchmark at a time per Redis
+database.
 
 Real executions of a one-human-stage process run on the local emulator; the intake turns
 their envelopes into tasks; one worker takes each (``dispatch.task_take_next``) and
@@ -48,11 +49,12 @@ def main() -> None:
         args.executions, args.live = 50, 20
 
     common.environment(broker="redis")
-    with scratch_database(f"inbox_bench_d2_callbacks_{os.getpid()}"), common.emulator() as children:
+    with (common.var_dir_kept_on_failure(),
+          scratch_database(f"inbox_bench_d2_callbacks_{os.getpid()}"),
+          common.emulator() as children):
         common.logs_to_file()
         run(backlog=args.executions, live=args.live, live_rate=args.live_rate,
             children=children)
-    common.var_dir_remove()
 
 
 def run(*, backlog: int, live: int, live_rate: float, children: common.Children) -> None:

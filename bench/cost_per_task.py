@@ -4,8 +4,9 @@ Usage (PostgreSQL and Redis; makes and drops its own database):
     .venv/bin/python bench/cost_per_task.py [--tasks 500] [--takers 4] [--quick]
 
 It runs on the PostgreSQL server of DATABASE_URL (default: local, user postgres) in a
-database of its own, inbox_bench_d2_cost_<pid>; REDIS_URL (default Redis database 5) is the
-cache and the Celery broker.
+database of its own, inbox_bench_d2_cost_<pid>; REDIS_URL (default Redis database 5) is
+the cache and the Celery broker, whose queue it purges: run one such benchmark at a time
+per Redis database.
 
 The inbox runs as in production, each part a process of its own: the web app under
 gunicorn (2 sync workers), a Celery worker (prefork, 2 processes) and Celery beat, with the
@@ -59,10 +60,10 @@ def main() -> None:
         args.tasks, args.idle = 60, 15
 
     common.environment(broker="redis")
-    with scratch_database(DATABASE), common.emulator() as children:
+    with (common.var_dir_kept_on_failure(), scratch_database(DATABASE),
+          common.emulator() as children):
         common.logs_to_file()
         run(tasks=args.tasks, takers=args.takers, idle=args.idle, children=children)
-    common.var_dir_remove()
 
 
 def run(*, tasks: int, takers: int, idle: float, children: common.Children) -> None:

@@ -54,10 +54,10 @@ def main() -> None:
     count = 500 if args.quick else args.envelopes
 
     common.environment()
-    with scratch_database(f"inbox_bench_d2_intake_{os.getpid()}"), common.emulator():
+    with (common.var_dir_kept_on_failure(),
+          scratch_database(f"inbox_bench_d2_intake_{os.getpid()}"), common.emulator()):
         common.logs_to_file()
         run(count=count, depth=args.depth)
-    common.var_dir_remove()
 
 
 def run(*, count: int, depth: int) -> None:
