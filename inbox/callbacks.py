@@ -389,7 +389,8 @@ def outbox_requeue(*, outbox_id: int) -> bool:
     )
     if requeued:
         logger.info("Callback %s requeued", outbox_id)
-        transaction.on_commit(lambda: _enqueue(outbox_id))
+        # Robust: with the broker down the row is pending and the outbox drain sends it.
+        transaction.on_commit(lambda: _enqueue(outbox_id), robust=True)
     return bool(requeued)
 
 

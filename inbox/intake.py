@@ -210,8 +210,12 @@ def _task_create(*, envelope: dict[str, Any]) -> str:
                 data={"overall_deadline": task.overall_deadline.isoformat()},
             )
             if task.skill.dispatch == Dispatch.PUSH:
-                # After commit: the offer must find the task in the database.
-                transaction.on_commit(functools.partial(_dispatch, task_id=str(task.pk)))
+                # After commit: the offer must find the task in the database. Robust: a
+                # lost enqueue is healed by dispatch_pending_task (beat); the task stands.
+                # (A lambda: Django's robust logging reads __qualname__, which a partial
+                # lacks.)
+                task_id = str(task.pk)
+                transaction.on_commit(lambda: _dispatch(task_id=task_id), robust=True)
     except IntegrityError:
         # Two deliveries of one envelope handled at once (a redelivery after a visibility
         # timeout, or two pollers): both saw no task, the unique digest let one insert win.

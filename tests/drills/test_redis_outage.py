@@ -105,3 +105,19 @@ def test_a_push_task_released_while_redis_is_down_is_offered_again_later(
     redis.start()
     assert dispatch_pending_task() == 1
     assert Task.objects.get(pk=task.pk).state == TaskState.OFFERED
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_offer_made_while_redis_is_down_stands_without_its_email(
+    make_task, make_worker, check_skill, web_on_private_redis
+):
+    """The offer's notice cannot be queued; the offer itself is committed and stands."""
+    from inbox.dispatch import task_dispatch
+
+    redis = web_on_private_redis
+    worker = make_worker({"document-check": 3})
+    redis.stop()
+    task = make_task(skill="document-check")
+
+    assert task_dispatch(task_id=task.pk).assignee == worker
+    assert Task.objects.get(pk=task.pk).state == TaskState.OFFERED
