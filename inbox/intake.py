@@ -352,6 +352,7 @@ def intake_poll(
         )
         if not messages:
             break
+        done = []
         for message in messages:
             try:
                 outcome = Outcome(intake_message(message=message))
@@ -360,23 +361,32 @@ def intake_poll(
                 outcome = Outcome.ERROR
             counts[outcome] += 1
             if outcome in _DONE:
-                # Outside a transaction (how the poller runs) this deletes at once, after
-                # intake_message committed; inside one it waits for the commit, so a
-                # rollback leaves the message on the queue to be delivered again.
-                transaction.on_commit(
-                    functools.partial(_message_delete, url=url, message=message)
-                )
+                done.append(message)
+        if done:
+            # One DeleteMessageBatch per receive. Outside a transaction (how the poller
+            # runs) it deletes at once, after each intake_message committed; inside one it
+            # waits for the commit, so a rollback leaves the messages to be delivered again.
+            transaction.on_commit(functools.partial(_messages_delete, url=url, messages=done))
     return {str(outcome): count for outcome, count in counts.items()}
 
 
-def _message_delete(*, url: str, message: dict) -> None:
+def _messages_delete(*, url: str, messages: list[dict]) -> None:
+    """Delete the handled messages; one that stays is harmless (see below), so log it.
+
+    A message not deleted comes back after its visibility timeout and is then a duplicate
+    (or an already recorded notice), deleted on that receive.
+    """
     try:
-        aws.message_delete(url=url, receipt_handle=message["ReceiptHandle"])
+        failed = set(aws.messages_delete(
+            url=url, receipt_handles=[message["ReceiptHandle"] for message in messages]))
     except ExternalServiceError as exc:
-        # Harmless: the message comes back after its visibility timeout and is then a
-        # duplicate (or an already recorded notice), deleted on that receive.
-        logger.warning("Intake: could not delete message %s: %s",
-                       message.get("MessageId", ""), exc.message)
+        logger.warning("Intake: could not delete %d handled message(s): %s",
+                       len(messages), exc.message)
+        return
+    for message in messages:
+        if message["ReceiptHandle"] in failed:
+            logger.warning("Intake: could not delete message %s; it comes back as a "
+                           "duplicate", message.get("MessageId", ""))
 
 
 def intake_redrive(*, max_messages: int = 10) -> int:

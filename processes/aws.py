@@ -227,6 +227,18 @@ def message_delete(*, url: str, receipt_handle: str) -> None:
     _call(service="sqs", operation="delete_message", QueueUrl=url, ReceiptHandle=receipt_handle)
 
 
+def messages_delete(*, url: str, receipt_handles: list[str]) -> list[str]:
+    """Delete up to ten received messages from the queue at url in one call.
+
+    Return the receipt handles SQS did not delete (each entry of a batch fails alone).
+    """
+    entries = [{"Id": str(index), "ReceiptHandle": handle}
+               for index, handle in enumerate(receipt_handles)]
+    answer = _call(service="sqs", operation="delete_message_batch", QueueUrl=url,
+                   Entries=entries)
+    return [receipt_handles[int(failed["Id"])] for failed in answer.get("Failed", [])]
+
+
 # Step Functions --------------------------------------------------------------------------
 
 

@@ -308,6 +308,37 @@ def test_the_same_envelope_delivered_three_times_makes_one_task(queues, review_s
     assert _depth(queues["queue_url"]) == (0, 0)
 
 
+
+@pytest.mark.emulator
+@pytest.mark.django_db(transaction=True)
+def test_handled_messages_are_deleted_in_one_batch_per_receive(queues, review_skill,
+                                                               monkeypatch, caplog):
+    """Ten envelopes, one receive: one DeleteMessageBatch, no single deletes.
+
+    The emulator answers; a spy counts the calls. An entry SQS could not delete (a stale
+    receipt handle, faked by spoiling one before the call) is logged and comes back.
+    """
+    calls = []
+    real_call = aws._call
+
+    def spy(*, service, operation, **params):
+        calls.append(operation)
+        if operation == "delete_message_batch":
+            params["Entries"][0]["ReceiptHandle"] = "stale-receipt-handle"
+        return real_call(service=service, operation=operation, **params)
+
+    monkeypatch.setattr(aws, "_call", spy)
+    for _ in range(10):
+        _send(queues, envelope())
+
+    counts = intake_poll(wait_seconds=0, max_messages=10)
+
+    assert counts["created"] == 10
+    assert calls.count("delete_message_batch") == calls.count("receive_message") - 1 >= 1
+    assert "delete_message" not in calls
+    assert "could not delete message" in caplog.text
+    assert _depth(queues["queue_url"])[0] + _depth(queues["queue_url"])[1] == 1
+
 def _malformed(token: str) -> list[tuple[str, str]]:
     """Return ten refused bodies, each with the text its problem must contain."""
     return [
