@@ -25,3 +25,6 @@ urlpatterns = [
     # Browsers ask for /favicon.ico on pages that name no icon (the admin's).
     path("favicon.ico", RedirectView.as_view(url=f"{settings.STATIC_URL}inbox/favicon.svg")),
 ]
+
+# Under /api/, an unknown URL (a task id that is not a UUID) answers JSON like the API.
+handler404 = "config.api.not_found"

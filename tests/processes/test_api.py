@@ -118,7 +118,7 @@ def test_deploy_without_a_spec_answers_400(admin_client):
     response = admin_client.post("/api/processes/deploy/", {}, format="json")
 
     assert response.status_code == 400
-    assert "spec" in response.json()
+    assert "spec" in response.json()["errors"]
 
 
 @pytest.mark.emulator
@@ -204,7 +204,7 @@ def test_start_validates_its_input(admin_client, payload, field):
     response = admin_client.post("/api/processes/p/executions/", payload, format="json")
 
     assert response.status_code == 400
-    assert field in response.json()
+    assert field in response.json()["errors"]
 
 
 def test_start_with_a_list_as_input_answers_400(admin_client):
