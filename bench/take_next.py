@@ -68,7 +68,7 @@ RETURNING id
 """
 
 # --quick: small sizes for a smoke check in a minute or two (bench/run_all --quick).
-QUICK = {"tasks": 50_000, "skills": 20, "takers": 8, "seconds": 5.0, "warmup": 1.0,
+QUICK = {"tasks": 100_000, "skills": 4, "takers": 8, "seconds": 5.0, "warmup": 1.0,
          "workers_per_taker": 5}
 
 
@@ -106,6 +106,11 @@ def main() -> None:
     with scratch_database(DATABASE, keep=args.keep):
         results = run(args, phases)
     report(args, results)
+    failed = {phase: dict(r["errors"]) for phase, r in results.items() if r["errors"]}
+    if failed:
+        # Closed loop or paced, a take never fails here: errors make the figures invalid.
+        raise SystemExit(f"Errors during the run, figures not valid: {failed} (QueueEmpty: "
+                         "the queues ran dry; raise --tasks, or lower --seconds or --share)")
 
 
 def run(args: argparse.Namespace, phases: list[str]) -> dict[str, dict]:
