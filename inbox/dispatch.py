@@ -76,8 +76,9 @@ def task_take_next(*, worker: User, skill: str | None = None) -> Task:
             if excluded_by_separation(user=worker, task=candidate):
                 skipped.append(candidate.pk)
                 continue
+            # The candidate's row is locked by this transaction: no second read.
             return lifecycle.task_start(task=candidate, worker=worker, action="take_next",
-                                        allowed_from=[TaskState.QUEUED])
+                                        allowed_from=[TaskState.QUEUED], locked=True)
     raise NothingToTake("Nothing is waiting in your queues.")
 
 

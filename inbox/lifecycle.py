@@ -100,16 +100,22 @@ def transition(
     data: dict | None = None,
     change: Callable[[Task], None] | None = None,
     callback: Callback | None = None,
+    locked: Task | None = None,
 ) -> Task:
     """Apply one state change to a task in one transaction; return the updated task.
 
     Raise NotFound if the task does not exist, StaleVersion if expected_version is
     given and differs, IllegalTransition if the task's state is not in allowed_from.
+    locked is the task's row as the caller's open transaction just read it FOR UPDATE
+    (take next): it is used as is, without reading it again or a savepoint of its own.
     """
     allowed = tuple(allowed_from)
-    with transaction.atomic():
+    if locked is not None and not transaction.get_connection().in_atomic_block:
+        raise RuntimeError("transition(locked=...) needs the transaction that locked the row.")
+    # A locked row's transaction is the caller's: an error here rolls all of it back.
+    with transaction.atomic(savepoint=locked is None):
         # The row lock serialises racing transitions; the loser re-checks state below.
-        task = Task.objects.select_for_update().filter(pk=task_id).first()
+        task = locked or Task.objects.select_for_update().filter(pk=task_id).first()
         if task is None:
             raise NotFound("No such task.")
         if expected_version is not None and task.version != expected_version:
@@ -162,12 +168,16 @@ def _hold(worker: User, now: datetime.datetime, work_seconds: int) -> Callable[[
 
 
 def task_start(*, task: Task, worker: User, action: str, allowed_from: Iterable[str],
-               expected_version: int | None = None) -> Task:
-    """Give the task to the worker to work on now (take next, claim, accept)."""
+               expected_version: int | None = None, locked: bool = False) -> Task:
+    """Give the task to the worker to work on now (take next, claim, accept).
+
+    locked: task was just read FOR UPDATE in the caller's transaction (see transition).
+    """
     now = timezone.now()
     return transition(
         task_id=task.pk, action=action, allowed_from=allowed_from,
         to_state=TaskState.IN_PROGRESS, actor=worker, expected_version=expected_version,
+        locked=task if locked else None,
         change=_hold(worker, now, task.work_seconds),
         data={"work_deadline": (now + datetime.timedelta(seconds=task.work_seconds)).isoformat()},
     )

@@ -35,6 +35,35 @@ def test_take_next_respects_capacity(make_task, make_worker):
         dispatch.task_take_next(worker=worker)
 
 
+
+def test_take_next_reads_and_locks_its_task_once(make_task, make_worker, transactional_db):
+    """The candidate locked with SKIP LOCKED is the row the transition changes: no re-read."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    worker = make_worker({"invoice-review": 3})
+    task = make_task()
+    with CaptureQueriesContext(connection) as queries:
+        taken = dispatch.task_take_next(worker=worker)
+
+    task_reads = [q["sql"] for q in queries.captured_queries
+                  if q["sql"].startswith("SELECT") and 'FROM "inbox_task"' in q["sql"]
+                  and "COUNT(" not in q["sql"]]
+    assert len(task_reads) == 1, task_reads
+    assert not any("SAVEPOINT" in q["sql"] for q in queries.captured_queries)
+    assert (taken.pk, taken.state, taken.version) == (task.pk, TaskState.IN_PROGRESS,
+                                                      task.version + 1)
+    assert [e.action for e in TaskEvent.objects.filter(task=task).order_by("version")] == [
+        "receive", "take_next"]
+
+
+def test_a_transition_on_a_locked_row_needs_the_transaction_that_locked_it(make_task,
+                                                                           transactional_db):
+    task = make_task()
+    with pytest.raises(RuntimeError, match="needs the transaction"):
+        lifecycle.transition(task_id=task.pk, action="take_next", allowed_from=["queued"],
+                             to_state="in_progress", locked=task)
+
 def test_every_transition_is_recorded_with_a_chained_hash(make_task, make_worker):
     worker = make_worker({"invoice-review": 3})
     task = make_task()
