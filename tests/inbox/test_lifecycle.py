@@ -1,4 +1,5 @@
 import pytest
+from django.db import DatabaseError, connection, transaction
 
 from config.errors import Conflict, NotFound
 from inbox import dispatch, lifecycle, services
@@ -80,11 +81,33 @@ def test_every_transition_is_recorded_with_a_chained_hash(make_task, make_worker
     assert lifecycle.events_verify(task=task) is None
 
 
+
+def tamper(events, **changes) -> None:
+    """Edit events as a superuser could: past the trigger (replica mode fires none)."""
+    with transaction.atomic():
+        if connection.vendor == "postgresql":
+            with connection.cursor() as cursor:
+                cursor.execute("SET LOCAL session_replication_role = replica")
+        events.update(**changes)
+
+
+@pytest.mark.postgres
+def test_the_database_refuses_to_change_or_delete_an_event(make_task):
+    task = make_task()
+    event = TaskEvent.objects.get(task=task)
+    for attempt in (lambda: TaskEvent.objects.filter(pk=event.pk).update(reason="edited"),
+                    lambda: TaskEvent.objects.filter(pk=event.pk).delete()):
+        with pytest.raises(DatabaseError, match="inbox_taskevent is append-only"):
+            with transaction.atomic():
+                attempt()
+    assert TaskEvent.objects.get(pk=event.pk).reason == event.reason
+    assert lifecycle.events_verify(task=task) is None
+
 def test_a_tampered_event_is_found(make_task, make_worker):
     worker = make_worker({"invoice-review": 3})
     make_task()
     task = dispatch.task_take_next(worker=worker)
-    TaskEvent.objects.filter(task=task, version=1).update(reason="edited later")
+    tamper(TaskEvent.objects.filter(task=task, version=1), reason="edited later")
     assert lifecycle.events_verify(task=task) == (
         "event v1 (receive) was altered after it was written")
 
@@ -220,7 +243,7 @@ def test_history_verify_command_names_the_first_broken_link(make_task, make_work
     out = StringIO()
     call_command("history_verify", stdout=out)
     assert "Checked 2 task(s): 0 with a broken history." in out.getvalue()
-    TaskEvent.objects.filter(task=bad, version=2).update(to_state="completed")
+    tamper(TaskEvent.objects.filter(task=bad, version=2), to_state="completed")
     err = StringIO()
     with pytest.raises(CommandError, match="History verification failed"):
         call_command("history_verify", stdout=StringIO(), stderr=err)
