@@ -110,6 +110,8 @@ if _database_url:
         # operating system's TCP timeout; ?connect_timeout= in DATABASE_URL wins.
         _database.setdefault("OPTIONS", {}).setdefault("connect_timeout", 5)
 else:
+    # SQLite creates its file, not its folder: a fresh clone has no var/ yet.
+    VAR_DIR.mkdir(parents=True, exist_ok=True)
     _database = {
         "ENGINE": "django.db.backends.sqlite3",
         "NAME": VAR_DIR / "db.sqlite3",

@@ -136,3 +136,16 @@ def test_debug_mode_runs_with_nothing_set():
     env.update(DJANGO_DEBUG="true", INBOX_VAR_DIR=os.environ["INBOX_VAR_DIR"])
     result = _django(env, "check")
     assert result.returncode == 0, result.stderr
+
+
+def test_a_fresh_checkout_migrates_into_a_var_folder_it_creates(tmp_path):
+    """`./dev run` on a fresh clone: no var/ yet, SQLite, nothing set but debug."""
+    var = tmp_path / "fresh" / "var"
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("DJANGO_", "INBOX_", "DATABASE_URL", "REDIS_URL"))}
+    env.update(DJANGO_DEBUG="true", INBOX_VAR_DIR=str(var))
+    # --skip-checks: a system check may touch the file cache (under var/) first; the
+    # database must not depend on that.
+    result = _django(env, "migrate", "--noinput", "-v", "0", "--skip-checks")
+    assert result.returncode == 0, result.stderr
+    assert (var / "db.sqlite3").is_file()
