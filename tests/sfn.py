@@ -4,10 +4,13 @@ import json
 import time
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 
 from django.conf import settings
 
 from processes import aws
+from processes.compiler import Target, compile_spec
+from processes.spec import spec_load
 
 ENDED = frozenset({"SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED"})
 
@@ -67,4 +70,28 @@ def task_message_wait(*, execution_arn: str | None = None, stage: str | None = N
                 return body
     raise AssertionError(
         f"no intake message of {execution_arn or 'the match'} (stage {stage}) within {timeout} s"
+    )
+
+
+# The demo invoice process on the emulator ---------------------------------------------
+
+SPECS = Path(__file__).resolve().parents[1] / "processes" / "specs"
+SMALL_INVOICE = {"invoice_id": "INV-7", "supplier": "ACME", "amount": 900, "currency": "EUR"}
+APPROVE = {"decision": "approve", "comment": "fine"}
+
+
+def invoice_machine_deploy(*, stage_timeout: int | None = None,
+                           execution_timeout: int | None = None) -> str:
+    """Deploy invoice-approval, optionally with a short review or execution timeout."""
+    queue_url = aws.queue_url(name=settings.INBOX_INTAKE_QUEUE)
+    queue_arn = aws.queue_attributes(url=queue_url)["QueueArn"]
+    _arn, partition, _sqs, region, account, _name = queue_arn.split(":")
+    target = Target(queue_url, f"arn:{partition}:states:{region}:{account}:stateMachine:")
+    asl = compile_spec(spec_load(SPECS / "invoice-approval.yaml"), target=target)
+    if stage_timeout is not None:
+        asl["States"]["review"]["TimeoutSeconds"] = stage_timeout
+    if execution_timeout is not None:
+        asl["TimeoutSeconds"] = execution_timeout
+    return aws.state_machine_create_or_update(
+        name=unique("cb-invoice"), definition=asl, role_arn=settings.INBOX_STATES_ROLE_ARN
     )

@@ -29,8 +29,7 @@ from inbox import lifecycle
 from inbox.intake import intake_message
 from inbox.models import Outbox, OutboxStatus, Task, TaskState
 from processes import aws
-from tests.inbox.test_callbacks import APPROVE, SMALL_INVOICE, _machine
-from tests.sfn import unique
+from tests.sfn import APPROVE, SMALL_INVOICE, invoice_machine_deploy, unique
 
 ROOT = Path(__file__).resolve().parents[2]
 SETTLED = (OutboxStatus.SENT, OutboxStatus.RECONCILED)
@@ -77,7 +76,7 @@ def start_reviews(private_intake) -> Callable[[int], list[Review]]:
 
     def start(n: int) -> list[Review]:
         skill_ensure(slug="invoice-review", name="Invoice review")
-        machine = _machine()
+        machine = invoice_machine_deploy()
         executions = {
             aws.execution_start(state_machine_arn=machine, name=unique("drill"),
                                 input=SMALL_INVOICE)

@@ -17,7 +17,6 @@ import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -42,38 +41,22 @@ from inbox.intake import intake_message
 from inbox.models import Outbox, OutboxKind, OutboxStatus, Task, TaskState
 from inbox.ratelimit import rate_take
 from processes import aws
-from processes.compiler import Target, compile_spec
-from processes.spec import spec_load
 from tests.concurrency import race
-from tests.sfn import execution_wait, task_message_wait, unique
-
-SPECS = Path(__file__).resolve().parents[2] / "processes" / "specs"
-SMALL_INVOICE = {"invoice_id": "INV-7", "supplier": "ACME", "amount": 900, "currency": "EUR"}
-APPROVE = {"decision": "approve", "comment": "fine"}
-
+from tests.sfn import (
+    APPROVE,
+    SMALL_INVOICE,
+    execution_wait,
+    invoice_machine_deploy,
+    task_message_wait,
+    unique,
+)
 
 # Real executions and tasks ----------------------------------------------------------------
 
 
-def _machine(*, stage_timeout: int | None = None, execution_timeout: int | None = None) -> str:
-    """Deploy invoice-approval, optionally with a short review or execution timeout."""
-    queue_url = aws.queue_url(name=settings.INBOX_INTAKE_QUEUE)
-    queue_arn = aws.queue_attributes(url=queue_url)["QueueArn"]
-    _arn, partition, _sqs, region, account, _name = queue_arn.split(":")
-    target = Target(queue_url, f"arn:{partition}:states:{region}:{account}:stateMachine:")
-    asl = compile_spec(spec_load(SPECS / "invoice-approval.yaml"), target=target)
-    if stage_timeout is not None:
-        asl["States"]["review"]["TimeoutSeconds"] = stage_timeout
-    if execution_timeout is not None:
-        asl["TimeoutSeconds"] = execution_timeout
-    return aws.state_machine_create_or_update(
-        name=unique("cb-invoice"), definition=asl, role_arn=settings.INBOX_STATES_ROLE_ARN
-    )
-
-
 @pytest.fixture(scope="module")
 def invoice_machine(emulator) -> str:
-    return _machine()
+    return invoice_machine_deploy()
 
 
 @dataclass
@@ -517,7 +500,7 @@ def test_a_stage_that_timed_out_expires_the_task_with_why(emulator, reviewer, sp
     "emulator": the emulator's own answer to the late token (InvalidToken). "aws": a
     patched boto3 client method answers TaskTimedOut, as AWS does.
     """
-    machine = _machine(stage_timeout=1)
+    machine = invoice_machine_deploy(stage_timeout=1)
     review = _review(machine)
     done = execution_wait(execution_arn=review.execution, timeout=15)
     assert (done["status"], done.get("error")) == ("FAILED", "Invoice.TimedOut")
@@ -536,7 +519,7 @@ def test_a_stage_that_timed_out_expires_the_task_with_why(emulator, reviewer, sp
 
 @pytest.mark.emulator
 def test_an_execution_that_timed_out_expires_the_task_with_why(emulator, reviewer):
-    machine = _machine(execution_timeout=1)
+    machine = invoice_machine_deploy(execution_timeout=1)
     review = _review(machine)
     assert execution_wait(execution_arn=review.execution, timeout=15)["status"] == "TIMED_OUT"
     # A success: the emulator accepts a late SendTaskFailure for an ended execution.
