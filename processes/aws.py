@@ -25,6 +25,9 @@ _READ_TIMEOUT = {"stepfunctions": 15, "sqs": 30}
 _CONNECT_TIMEOUT = 5
 # One quick retry inside botocore; callers run their own bounded retries on `retryable`.
 _MAX_ATTEMPTS = 2
+# A probe answers within a load balancer's or Prometheus' patience, or reports a failure.
+_PROBE_CONNECT_TIMEOUT = 1
+_PROBE_READ_TIMEOUT = 2
 
 _THROTTLING_CODES = frozenset(
     {
@@ -62,25 +65,36 @@ _INTAKE_VISIBILITY_TIMEOUT = 60
 _INTAKE_WAIT_SECONDS = 20
 
 
-def client(*, service: Service) -> BaseClient:
-    """Return the shared boto3 client for service, built from the current settings."""
+def client(*, service: Service, probe: bool = False) -> BaseClient:
+    """Return the shared boto3 client for service, built from the current settings.
+
+    probe: the client of readiness checks and metrics (short timeouts, no retry).
+    """
     return _client(
         service=service,
         endpoint_url=settings.AWS_ENDPOINT_URL,
         region=settings.AWS_REGION,
         emulator=settings.INBOX_EMULATOR,
+        probe=probe,
     )
 
 
 @functools.cache
 def _client(
-    *, service: Service, endpoint_url: str | None, region: str, emulator: bool
+    *, service: Service, endpoint_url: str | None, region: str, emulator: bool, probe: bool
 ) -> BaseClient:
-    config = Config(
-        connect_timeout=_CONNECT_TIMEOUT,
-        read_timeout=_READ_TIMEOUT[service],
-        retries={"mode": "standard", "max_attempts": _MAX_ATTEMPTS},
-    )
+    if probe:
+        config = Config(
+            connect_timeout=_PROBE_CONNECT_TIMEOUT,
+            read_timeout=_PROBE_READ_TIMEOUT,
+            retries={"mode": "standard", "max_attempts": 1},
+        )
+    else:
+        config = Config(
+            connect_timeout=_CONNECT_TIMEOUT,
+            read_timeout=_READ_TIMEOUT[service],
+            retries={"mode": "standard", "max_attempts": _MAX_ATTEMPTS},
+        )
     credentials: dict[str, str] = {}
     if emulator:
         # The emulator accepts anything; fixed values keep a developer's real AWS
@@ -93,9 +107,13 @@ def _client(
     )
 
 
-def _call(*, service: Service, operation: str, **params: Any) -> dict[str, Any]:
-    """Call one API operation (a client method name) and translate botocore errors."""
-    aws = client(service=service)
+def _call(*, service: Service, operation: str, probe: bool = False,
+          **params: Any) -> dict[str, Any]:
+    """Call one API operation (a client method name) and translate botocore errors.
+
+    probe: with the probe client (short timeouts, no retry).
+    """
+    aws = client(service=service, probe=probe)
     try:
         response = getattr(aws, operation)(**params)
     except (boto_errors.ClientError, boto_errors.BotoCoreError) as exc:
@@ -400,61 +418,25 @@ def task_heartbeat(*, token: str) -> None:
     _call(service="stepfunctions", operation="send_task_heartbeat", taskToken=token)
 
 
-# Probes (readiness, metrics): short timeouts, no retries ----------------------------------
-
-# A probe answers within a load balancer's or Prometheus' patience, or reports a failure.
-_PROBE_CONNECT_TIMEOUT = 1
-_PROBE_READ_TIMEOUT = 2
-
-
-@functools.cache
-def _probe_client(
-    *, service: Service, endpoint_url: str | None, region: str, emulator: bool
-) -> BaseClient:
-    config = Config(
-        connect_timeout=_PROBE_CONNECT_TIMEOUT,
-        read_timeout=_PROBE_READ_TIMEOUT,
-        retries={"mode": "standard", "max_attempts": 1},
-    )
-    credentials: dict[str, str] = {}
-    if emulator:
-        credentials = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing"}
-    session = boto3.session.Session()
-    return session.client(
-        service, region_name=region, endpoint_url=endpoint_url, config=config, **credentials
-    )
-
-
-def _probe(*, service: Service, operation: str, **params: Any) -> dict[str, Any]:
-    """Call one read-only operation with the probe client and translate botocore errors."""
-    aws = _probe_client(
-        service=service,
-        endpoint_url=settings.AWS_ENDPOINT_URL,
-        region=settings.AWS_REGION,
-        emulator=settings.INBOX_EMULATOR,
-    )
-    try:
-        return getattr(aws, operation)(**params)
-    except (boto_errors.ClientError, boto_errors.BotoCoreError) as exc:
-        api_name = aws.meta.method_to_api_mapping.get(operation, operation)
-        raise _external_error(exc, service=service, operation=api_name) from None
+# Probes (readiness, metrics): the probe client, short timeouts, no retries -------------
 
 
 def states_ping() -> None:
     """Check that Step Functions answers (ListStateMachines, one result)."""
-    _probe(service="stepfunctions", operation="list_state_machines", maxResults=1)
+    _call(probe=True, service="stepfunctions", operation="list_state_machines", maxResults=1)
 
 
 def sqs_ping() -> None:
     """Check that SQS answers and the intake queue exists (GetQueueUrl)."""
-    _probe(service="sqs", operation="get_queue_url", QueueName=settings.INBOX_INTAKE_QUEUE)
+    _call(probe=True, service="sqs", operation="get_queue_url",
+          QueueName=settings.INBOX_INTAKE_QUEUE)
 
 
 def queue_depth(*, name: str) -> int:
     """Return the queue's ApproximateNumberOfMessages (visible messages), probe timeouts."""
-    url = _probe(service="sqs", operation="get_queue_url", QueueName=name)["QueueUrl"]
-    attributes = _probe(
-        service="sqs", operation="get_queue_attributes", QueueUrl=url,
+    url = _call(probe=True, service="sqs", operation="get_queue_url", QueueName=name)["QueueUrl"]
+    attributes = _call(
+        probe=True, service="sqs", operation="get_queue_attributes", QueueUrl=url,
         AttributeNames=["ApproximateNumberOfMessages"],
     )["Attributes"]
     return int(attributes["ApproximateNumberOfMessages"])
