@@ -159,6 +159,27 @@ def make_worker(make_user):
 
 
 @pytest.fixture
+def worker(make_worker, review_skill):
+    """An invoice reviewer at proficiency 3 (the worker of most page tests)."""
+    return make_worker({"invoice-review": 3})
+
+
+@pytest.fixture
+def supervisor(make_worker, review_skill):
+    """A supervisor who also reviews invoices at proficiency 3."""
+    return make_worker({"invoice-review": 3}, roles=(Role.SUPERVISOR,))
+
+
+@pytest.fixture
+def reviewer(make_user) -> User:
+    """A user holding invoice-review at 3, made without make_worker's role (callbacks)."""
+    worker = make_user()
+    skill = skill_ensure(slug="invoice-review", name="Invoice review")
+    worker_skill_set(worker=worker, skill=skill, proficiency=3)
+    return worker
+
+
+@pytest.fixture
 def browser_for():
     """Return a function giving a test client signed in as the user."""
 

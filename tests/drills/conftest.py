@@ -23,7 +23,7 @@ from django.conf import settings
 from django.db import connection
 
 from accounts.models import User
-from accounts.services import skill_ensure, worker_skill_set
+from accounts.services import skill_ensure
 from config.celery import app as celery_app
 from inbox import lifecycle
 from inbox.intake import intake_message
@@ -57,14 +57,6 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
-
-
-@pytest.fixture
-def reviewer(make_user) -> User:
-    worker = make_user()
-    skill = skill_ensure(slug="invoice-review", name="Invoice review")
-    worker_skill_set(worker=worker, skill=skill, proficiency=3)
-    return worker
 
 
 @pytest.fixture

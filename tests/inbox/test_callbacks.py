@@ -25,7 +25,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from accounts.models import User
-from accounts.services import skill_ensure, worker_skill_set
+from accounts.services import skill_ensure
 from inbox import lifecycle
 from inbox.callback_history import history_task_outcome
 from inbox.callbacks import (
@@ -66,14 +66,6 @@ class Review:
     task: Task
     token: str
     execution: str
-
-
-@pytest.fixture
-def reviewer(make_user) -> User:
-    worker = make_user()
-    skill = skill_ensure(slug="invoice-review", name="Invoice review")
-    worker_skill_set(worker=worker, skill=skill, proficiency=3)
-    return worker
 
 
 def _review(machine: str, invoice: dict | None = None) -> Review:

@@ -1,7 +1,6 @@
 import re
 from html.parser import HTMLParser
 
-import pytest
 from django.conf import settings
 from django.db import connection
 from django.test import Client
@@ -11,11 +10,6 @@ from accounts.roles import Role
 from inbox import dispatch
 from inbox.models import Outbox, Task, TaskState
 from inbox.tokens import token_decrypt
-
-
-@pytest.fixture
-def worker(make_worker, review_skill):
-    return make_worker({"invoice-review": 3})
 
 
 def held(worker) -> Task:

@@ -77,11 +77,6 @@ def csrf_client(user) -> Client:
 
 
 @pytest.fixture
-def worker(make_worker, review_skill):
-    return make_worker({"invoice-review": 3})
-
-
-@pytest.fixture
 def checker(make_worker, check_skill):
     return make_worker({"document-check": 3})
 

@@ -14,16 +14,6 @@ from inbox.tokens import token_decrypt
 from tests.inbox.test_pages import InlineCode
 
 
-@pytest.fixture
-def supervisor(make_worker, review_skill):
-    return make_worker({"invoice-review": 3}, roles=(Role.SUPERVISOR,))
-
-
-@pytest.fixture
-def worker(make_worker, review_skill):
-    return make_worker({"invoice-review": 3})
-
-
 def messages_of(response) -> list[str]:
     return [str(m) for m in response.context["messages"]]
 

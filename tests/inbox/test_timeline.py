@@ -31,16 +31,6 @@ FETCHING = "Fetching the execution's timeline…"
 
 
 @pytest.fixture
-def supervisor(make_worker, review_skill):
-    return make_worker({"invoice-review": 3}, roles=(Role.SUPERVISOR,))
-
-
-@pytest.fixture
-def worker(make_worker, review_skill):
-    return make_worker({"invoice-review": 3})
-
-
-@pytest.fixture
 def enqueued(monkeypatch) -> list[str]:
     """Record each refresh enqueued (the real delay still runs: eager, or to the broker)."""
     calls: list[str] = []
