@@ -25,6 +25,7 @@ from inbox import callbacks, lifecycle
 from inbox.callbacks import SendResult, outbox_drain
 from inbox.models import Outbox, OutboxStatus
 from inbox.tokens import token_decrypt
+from tests.concurrency import race
 from tests.drills.conftest import complete, task_outcomes
 from tests.drills.faultproxy import FaultProxy
 from tests.sfn import execution_wait
@@ -81,21 +82,15 @@ def test_every_callback_lands_once_through_half_failing_sendtask_calls(
     with FaultProxy(upstream=settings.AWS_ENDPOINT_URL, share=0.5) as proxy:
         settings.AWS_ENDPOINT_URL = proxy.url
 
-        def drain() -> None:
-            try:
-                deadline = time.monotonic() + 180
-                while time.monotonic() < deadline and Outbox.objects.filter(
-                        status=OutboxStatus.PENDING).exists():
-                    outbox_drain()
-                    time.sleep(0.05)
-            finally:
-                connection.close()
+        def drain(_: int) -> None:
+            deadline = time.monotonic() + 180
+            while time.monotonic() < deadline and Outbox.objects.filter(
+                    status=OutboxStatus.PENDING).exists():
+                outbox_drain()
+                time.sleep(0.05)
 
-        threads = [threading.Thread(target=drain) for _ in range(drainers)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
+        _, errors = race(drain, range(drainers))
+    assert errors == []
     elapsed = time.monotonic() - started
 
     rows = list(Outbox.objects.select_related("task"))
