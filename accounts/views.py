@@ -2,7 +2,7 @@
 
 Only admins see them; to anyone else they do not exist (404). Each edit calls the services
 of accounts (worker_skill_set, worker_skill_remove, worker_set_availability,
-worker_set_capacity), the redrive calls inbox.intake.intake_redrive; every POST goes
+worker_set_capacity), the redrive calls inbox.services.admin.intake_redrive; every POST goes
 through Django's CSRF check.
 """
 
@@ -24,8 +24,8 @@ from accounts.models import PROFICIENCY_MAX, PROFICIENCY_MIN, Availability, Skil
 from accounts.roles import Role
 from accounts.selectors import team_proficiencies, team_workers, user_has_role
 from config.errors import ExternalServiceError
-from inbox.intake import intake_redrive
 from inbox.models import IntakeError
+from inbox.services.admin import intake_redrive
 from processes.selectors import process_list
 
 PAGE_SIZE = 100

@@ -226,8 +226,8 @@ def executions_check(arns: Sequence[str], *, status: str = "SUCCEEDED",
 
 def tasks_wait(*, count: int, timeout: float, poll: bool) -> float:
     """Wait until count tasks exist (running the intake here if poll); return the seconds."""
-    from inbox.intake import intake_poll
     from inbox.models import IntakeError, Task
+    from inbox.services.intake import intake_poll
 
     started = time.monotonic()
     while Task.objects.count() < count:

@@ -15,7 +15,7 @@ their envelopes into tasks; one worker takes each (``dispatch.task_take_next``) 
 completes it (``services.task_complete``, which writes the outbox row). Two phases:
 
 1. backlog: K tasks are completed first, then the outbox is drained by
-   ``inbox.callbacks.outbox_drain`` (what the Celery beat task runs), in a loop, in this
+   ``inbox.services.callback.outbox_drain`` (what the Celery beat task runs), in a loop, in this
    process: callbacks/s of one sender. The drain's grace for fresh rows is set to 0 here
    (it leaves rows to their on-commit Celery task, and no worker runs in this phase); the
    latency (outbox created_at to sent_at) then includes the wait in the backlog.
@@ -108,8 +108,7 @@ def run(*, backlog: int, live: int, live_rate: float, children: common.Children)
 def _complete(*, worker_id: int, count: int, rate: float | None) -> float:
     """Take and complete count tasks, at rate per second if given; return the seconds."""
     from accounts.models import User
-    from inbox.dispatch import task_take_next
-    from inbox.services import task_complete
+    from inbox.services.worker import task_complete, task_take_next
 
     worker = User.objects.get(pk=worker_id)
     started = time.monotonic()
@@ -125,8 +124,8 @@ def _complete(*, worker_id: int, count: int, rate: float | None) -> float:
 
 def _drain() -> float:
     """Run outbox_drain until no row is pending; return the seconds."""
-    from inbox.callbacks import outbox_drain
     from inbox.models import Outbox, OutboxStatus
+    from inbox.services.callback import outbox_drain
 
     started = time.monotonic()
     while Outbox.objects.filter(status=OutboxStatus.PENDING).exists():

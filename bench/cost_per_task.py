@@ -70,7 +70,7 @@ def run(*, tasks: int, takers: int, idle: float, children: common.Children) -> N
     from django.core.cache import cache
 
     from config.celery import app
-    from inbox.tasks_intake import LOCK_KEY
+    from inbox.services.intake import POLL_LOCK_KEY as LOCK_KEY
 
     skill_id = common.process_ready()
     workers_create(takers, skills_of=lambda i: [skill_id], capacity=10, api_tokens=True)

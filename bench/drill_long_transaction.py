@@ -6,7 +6,7 @@ Usage (PostgreSQL only; makes and drops its own database, inbox_bench_drill_long
         [--before 20] [--hold 60] [--after 20]
 
 Loads --tasks queued tasks over --skills pull queues, then --takers processes loop on
-take-next and release (inbox.dispatch: each take and each release updates a task row and
+take-next and release (inbox.services.worker: each take and each release updates a task row and
 appends a TaskEvent, so every loop leaves dead row versions behind). Three phases:
 
 - before: --before seconds of load, autovacuum free to clean up;
@@ -50,7 +50,7 @@ SLICE = 10.0
 def _taker(worker_id: int, stop_at: float, queue: multiprocessing.Queue) -> None:
     """Take next and release in a loop until stop_at; send back (at, latency_ms) samples."""
     from accounts.models import User
-    from inbox import dispatch
+    from inbox.services import worker as worker_service
 
     worker = User.objects.get(pk=worker_id)
     samples: list[tuple[float, float]] = []
@@ -58,12 +58,12 @@ def _taker(worker_id: int, stop_at: float, queue: multiprocessing.Queue) -> None
     while time.time() < stop_at:
         started = time.perf_counter()
         try:
-            task = dispatch.task_take_next(worker=worker)
+            task = worker_service.task_take_next(worker=worker)
         except Exception:  # an empty queue or a conflict: counted, the loop goes on
             errors += 1
             continue
         samples.append((time.time(), (time.perf_counter() - started) * 1000))
-        dispatch.task_release(worker=worker, task_id=task.pk)
+        worker_service.task_release(worker=worker, task_id=task.pk)
     queue.put((samples, errors))
 
 

@@ -6,7 +6,7 @@ Usage (PostgreSQL only; makes and drops its own scratch database):
 
 Rows are inserted with one INSERT ... SELECT generate_series (the planner only needs
 their shape and numbers; the intake path is measured by the intake benchmark). The plans
-are those of the exact querysets inbox.deadlines.deadlines_sweep runs.
+are those of the exact querysets inbox.services.clock.deadlines_sweep runs.
 """
 
 import argparse
@@ -60,8 +60,8 @@ def main() -> None:
     old = setup_databases(verbosity=0, interactive=False)
     try:
         from accounts.models import Skill, User
-        from inbox.deadlines import clock_queries
         from inbox.models import Task
+        from inbox.services.clock import clock_queries
 
         skill = Skill.objects.create(slug="bench", name="Bench")
         worker = User.objects.create_user(email="bench@example.com", password=None)

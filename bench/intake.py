@@ -13,7 +13,7 @@ execution ARN (the intake never calls Step Functions, so the tokens need not be 
 copies go on the emulator's intake queue three times, and each time the queue is emptied:
 
 1. raw: a plain loop of ReceiveMessage (10, through processes.aws) and DeleteMessageBatch;
-2. intake: ``inbox.intake.intake_poll``, the function the Celery intake task calls, in a
+2. intake: ``inbox.services.intake.intake_poll``, the function the Celery intake task calls, in a
    loop until a receive comes back empty (wait_seconds=0, so no empty long poll is timed);
 3. raw again, to show the emulator's speed did not drift meanwhile.
 
@@ -185,7 +185,7 @@ def _raw_drain(*, url: str) -> int:
 
 def _intake_drain(*, url: str) -> int:
     """Call intake_poll until it receives nothing; return how many tasks it created."""
-    from inbox.intake import intake_poll
+    from inbox.services.intake import intake_poll
 
     created = 0
     while True:

@@ -7,7 +7,7 @@ Usage (PostgreSQL only; makes and drops its own database, inbox_bench_sweeper):
 For each size: load that many non-due tasks (60% completed, 20% queued, 10% in progress,
 10% offered, every clock running in the future) and --due tasks whose deadline has
 passed, a third each on the offer, work and overall clock (policy abort), with one
-INSERT ... SELECT generate_series each. Then run inbox.deadlines.deadlines_sweep as
+INSERT ... SELECT generate_series each. Then run inbox.services.clock.deadlines_sweep as
 Celery beat does (one sweep per beat interval, back to back while a sweep outlasts it):
 
 - backlog: until every due deadline is handled. Figures: deadlines per second of wall
@@ -54,7 +54,7 @@ def main() -> None:
                         help="non-due tasks, one run per size (comma-separated)")
     parser.add_argument("--due", type=int, default=100_000, help="deadlines due at the start")
     parser.add_argument("--batch", type=int, default=None,
-                        help="rows per clock per sweep (default: inbox.deadlines.BATCH)")
+                        help="rows per clock per sweep (default: inbox.services.clock.BATCH)")
     parser.add_argument("--interval", type=float, default=None,
                         help="seconds between sweeps (default: the beat schedule's)")
     parser.add_argument("--steady-rate", type=float, default=50.0)
@@ -73,7 +73,7 @@ def main() -> None:
     with scratch_database(DATABASE, keep=args.keep):
         from django.conf import settings
 
-        from inbox import deadlines
+        from inbox.services import clock as deadlines
 
         args.batch = args.batch or deadlines.BATCH
         args.interval = args.interval or float(
@@ -197,7 +197,7 @@ def steady_schedule(args: argparse.Namespace) -> int:
 def sweep_until(args: argparse.Namespace, *, expected: int, label: str,
                 at_least: float = 0.0) -> dict:
     """Sweep once per interval until expected deadlines are handled (and at_least seconds)."""
-    from inbox.deadlines import deadlines_sweep
+    from inbox.services.clock import deadlines_sweep
 
     handled = sweeps = 0
     busy = 0.0

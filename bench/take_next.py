@@ -11,7 +11,7 @@ are not counted), one after the other on the same database:
 
 - raw: a plain SQL loop, one autocommit statement per claim
   (UPDATE ... WHERE id = (SELECT ... FOR UPDATE SKIP LOCKED LIMIT 1) RETURNING id);
-- service: inbox.dispatch.task_take_next(worker=...) called in-process;
+- service: inbox.services.worker_service.task_take_next(worker=...) called in-process;
 - http: POST /api/inbox/tasks/next/ (DRF token sign-in) to gunicorn, started here with
   --http-workers sync workers on the same database.
 
@@ -176,12 +176,12 @@ def service_queries(pools: dict[str, list[list[int]]]) -> int | None:
     from django.test.utils import CaptureQueriesContext
 
     from accounts.models import User
-    from inbox import dispatch
+    from inbox.services import worker as worker_service
 
     worker = User.objects.get(pk=pools["service"][0][-1])
     with CaptureQueriesContext(connection) as captured:
-        task = dispatch.task_take_next(worker=worker)
-    dispatch.task_release(worker=worker, task_id=task.pk)
+        task = worker_service.task_take_next(worker=worker)
+    worker_service.task_release(worker=worker, task_id=task.pk)
     return len(captured.captured_queries)
 
 
@@ -191,7 +191,7 @@ def profile_service(pools: dict[str, list[list[int]]], calls: int) -> None:
     import pstats
 
     from accounts.models import User
-    from inbox import dispatch
+    from inbox.services import worker as worker_service
 
     workers = list(User.objects.filter(pk__in=[p[-1] for p in pools.get("service", [])]))
     if not workers:
@@ -203,7 +203,7 @@ def profile_service(pools: dict[str, list[list[int]]], calls: int) -> None:
     profiler.enable()
     for n in range(calls):
         worker = workers[n % len(workers)]
-        taken.append((worker, dispatch.task_take_next(worker=worker)))
+        taken.append((worker, worker_service.task_take_next(worker=worker)))
     profiler.disable()
     elapsed = time.perf_counter() - started
     print(f"\nprofile: {calls} service takes, one process, {elapsed / calls * 1000:.2f} ms "
@@ -211,7 +211,7 @@ def profile_service(pools: dict[str, list[list[int]]], calls: int) -> None:
     stats = pstats.Stats(profiler)
     stats.sort_stats("cumulative").print_stats(25)
     for worker, task in taken:  # Give them back: the phases start from empty workers.
-        dispatch.task_release(worker=worker, task_id=task.pk)
+        worker_service.task_release(worker=worker, task_id=task.pk)
 
 
 def run_phase(phase: str, args: argparse.Namespace, pool: list[list[int]],
@@ -298,7 +298,7 @@ def raw_taker(queue, i, workers, skill, window, port, interval) -> None:
 
 def service_taker(queue, i, workers, skill, window, port, interval) -> None:
     from accounts.models import User
-    from inbox import dispatch
+    from inbox.services import worker as worker_service
 
     pool = list(User.objects.filter(pk__in=workers).order_by("pk"))
     state = {"worker": 0, "held": 0}
@@ -309,7 +309,7 @@ def service_taker(queue, i, workers, skill, window, port, interval) -> None:
             state["held"] = 0
         if state["worker"] >= len(pool):
             return False
-        dispatch.task_take_next(worker=pool[state["worker"]])
+        worker_service.task_take_next(worker=pool[state["worker"]])
         state["held"] += 1
         return True
 
@@ -410,7 +410,7 @@ def check_claims(results: dict[str, dict], since: object) -> None:
 
 def report(args: argparse.Namespace, results: dict[str, dict]) -> None:
     names = {"raw": "raw SQL limit (UPDATE ... SKIP LOCKED)",
-             "service": "service call dispatch.task_take_next",
+             "service": "service call worker_service.task_take_next",
              "http": "HTTP POST /api/inbox/tasks/next/"}
     rows = []
     for phase, r in results.items():

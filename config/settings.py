@@ -168,36 +168,36 @@ CELERY_TASK_ALWAYS_EAGER = False
 CELERY_BEAT_SCHEDULE = {
     # Long-polls the intake queue; a cache lock keeps one poll at a time.
     "intake-poll": {
-        "task": "inbox.tasks_intake.intake_poll_task",
+        "task": "inbox.tasks.intake_poll_task",
         "schedule": 10.0,
         "options": {"expires": 9},
     },
     # The clocks: offer, work and overall timeouts; the sweeper is the guarantee.
     "deadlines-sweep": {
-        "task": "inbox.tasks_clocks.deadlines_sweep_task",
+        "task": "inbox.tasks.deadlines_sweep_task",
         "schedule": 2.0,
         "options": {"expires": 2},
     },
     "heartbeats": {
-        "task": "inbox.tasks_clocks.heartbeats_task",
+        "task": "inbox.tasks.heartbeats_task",
         "schedule": 5.0,
         "options": {"expires": 4},
     },
     # Cancels open tasks whose execution stopped, failed or vanished upstream.
     "executions-check": {
-        "task": "inbox.tasks_clocks.executions_check_task",
+        "task": "inbox.tasks.executions_check_task",
         "schedule": 30.0,
         "options": {"expires": 25},
     },
     # Sends callbacks that are due: retries, and any whose on-commit enqueue was lost.
     "outbox-drain": {
-        "task": "inbox.tasks_callbacks.outbox_drain_task",
+        "task": "inbox.tasks.outbox_drain_task",
         "schedule": 5.0,
         "options": {"expires": 4},
     },
     # Offers queued push-queue tasks nobody was available for when they arrived.
     "dispatch-pending": {
-        "task": "inbox.tasks_dispatch.dispatch_pending_task",
+        "task": "inbox.tasks.dispatch_pending_task",
         "schedule": 15.0,
         "options": {"expires": 14},
     },

@@ -7,8 +7,6 @@ from django.utils.html import format_html, format_html_join
 
 from config.admin import ReadOnlyModelAdmin
 from config.errors import ExternalServiceError
-from inbox.callbacks import outbox_requeue
-from inbox.intake import intake_redrive
 from inbox.models import (
     ExecutionTimeline,
     IntakeError,
@@ -17,6 +15,7 @@ from inbox.models import (
     Task,
     TaskEvent,
 )
+from inbox.services.admin import intake_redrive, outbox_requeue
 
 # Intake: refused messages and process failures ----------------------------------------------
 

@@ -1,7 +1,7 @@
 """A stage's form bound to what a worker posted and what was wrong, for the task page.
 
 Rendering only: the answer is validated by processes.forms.form_validate, called from
-inbox.services.task_complete.
+inbox.services.worker.task_complete.
 """
 
 from dataclasses import dataclass

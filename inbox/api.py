@@ -1,22 +1,24 @@
 """REST API for workers: queues, take next, one task, and every action on it.
 
-One view per operation with nested serializers; every view reaches tasks through
-inbox.selectors.access_task (or a service that calls it). No serializer has a token field.
+One view per operation; the actions share one shape (TaskActionApi: validate the input,
+call one service, answer the task as it is now), so each action's class holds only its
+input and its service call. Every view reaches tasks through inbox.selectors.access_task
+or a service that calls it. No serializer has a token field.
 """
 
 from dataclasses import asdict
 from typing import Any
 
 from drf_spectacular.utils import extend_schema
-from rest_framework import serializers, status
+from rest_framework import serializers
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from inbox import dispatch, services
 from inbox.models import Task
-from inbox.selectors import access_task, my_queues, my_tasks, task_history
+from inbox.selectors import access_task, my_queues, my_tasks, task_form, task_history
+from inbox.services import worker
 
 
 class ErrorSerializer(serializers.Serializer):
@@ -75,7 +77,7 @@ class TaskDetailSerializer(TaskSerializer):
     history = serializers.SerializerMethodField()
 
     def get_form(self, task: Task) -> dict[str, Any]:
-        return asdict(services.task_form(task=task))
+        return asdict(task_form(task=task))
 
     def get_history(self, task: Task) -> list[dict[str, Any]]:
         return EventSerializer(task_history(task=task), many=True).data
@@ -86,12 +88,36 @@ class VersionInput(serializers.Serializer):
                                        help_text="The task version you acted on (409 if stale).")
 
 
-class _TaskApi(APIView):
-    permission_classes = [IsAuthenticated]
+class ReasonInput(VersionInput):
+    reason = serializers.CharField(max_length=2000, allow_blank=False)
 
-    def respond(self, task: Task, code: int = status.HTTP_200_OK) -> Response:
-        task = access_task(user=self.request.user, task_id=task.pk)
-        return Response(TaskDetailSerializer(task).data, status=code)
+
+def valid_input(serializer_class: type[serializers.Serializer], request: Request) -> dict[str, Any]:
+    serializer = serializer_class(data=request.data)
+    serializer.is_valid(raise_exception=True)
+    return dict(serializer.validated_data)
+
+
+def action_schema(*, request: type[serializers.Serializer] | None, summary: str,
+                  errors: tuple[int, ...] = (404, 409)) -> Any:
+    """Describe one task action in the OpenAPI schema: its input, the task, its errors."""
+    responses = {200: TaskDetailSerializer, **dict.fromkeys(errors, ErrorSerializer)}
+    return extend_schema(request=request, responses=responses, summary=summary)
+
+
+class TaskActionApi(APIView):
+    """POST one action on a task: validate input_class, perform it, answer the task."""
+
+    permission_classes = [IsAuthenticated]
+    input_class: type[serializers.Serializer] = VersionInput
+
+    def perform(self, user: Any, task_id: str | None, data: dict[str, Any]) -> Task:
+        raise NotImplementedError
+
+    def post(self, request: Request, task_id: str | None = None) -> Response:
+        task = self.perform(request.user, task_id, valid_input(self.input_class, request))
+        # The service read the task through access_task: answer the row it changed.
+        return Response(TaskDetailSerializer(task).data)
 
 
 class QueueListApi(APIView):
@@ -121,103 +147,81 @@ class MyTaskListApi(APIView):
         return Response(TaskSerializer(my_tasks(user=request.user), many=True).data)
 
 
-class TakeNextApi(_TaskApi):
-    class InputSerializer(serializers.Serializer):
-        class Meta:
-            ref_name = "TakeNextInput"
+class TaskDetailApi(APIView):
+    permission_classes = [IsAuthenticated]
 
-        skill = serializers.CharField(required=False, help_text="Only this queue.")
-
-    @extend_schema(request=InputSerializer, responses={200: TaskDetailSerializer,
-                   404: ErrorSerializer, 409: ErrorSerializer}, summary="Take the next task")
-    def post(self, request: Request) -> Response:
-        data = valid_input(self.InputSerializer, request)
-        return self.respond(dispatch.task_take_next(worker=request.user, skill=data.get("skill")))
-
-
-class TaskDetailApi(_TaskApi):
     @extend_schema(responses={200: TaskDetailSerializer, 404: ErrorSerializer},
                    summary="A task: input, form, clocks, history")
     def get(self, request: Request, task_id: str) -> Response:
         return Response(TaskDetailSerializer(access_task(user=request.user, task_id=task_id)).data)
 
 
-class TaskClaimApi(_TaskApi):
-    @extend_schema(request=VersionInput, responses={200: TaskDetailSerializer,
-                   404: ErrorSerializer, 409: ErrorSerializer}, summary="Claim a queued task")
-    def post(self, request: Request, task_id: str) -> Response:
-        data = valid_input(VersionInput, request)
-        return self.respond(dispatch.task_claim(worker=request.user, task_id=task_id,
-                                                expected_version=data.get("version")))
+class TakeNextInput(serializers.Serializer):
+    skill = serializers.CharField(required=False, help_text="Only this queue.")
 
 
-class TaskAcceptApi(_TaskApi):
-    @extend_schema(request=VersionInput, responses={200: TaskDetailSerializer,
-                   404: ErrorSerializer, 409: ErrorSerializer}, summary="Accept an offer")
-    def post(self, request: Request, task_id: str) -> Response:
-        data = valid_input(VersionInput, request)
-        return self.respond(dispatch.task_accept(worker=request.user, task_id=task_id,
-                                                 expected_version=data.get("version")))
+@action_schema(request=TakeNextInput, summary="Take the next task")
+class TakeNextApi(TaskActionApi):
+    input_class = TakeNextInput
+
+    def perform(self, user: Any, task_id: str | None, data: dict[str, Any]) -> Task:
+        return worker.task_take_next(worker=user, skill=data.get("skill"))
 
 
-class ReasonInput(VersionInput):
-    reason = serializers.CharField(max_length=2000, allow_blank=False)
+@action_schema(request=VersionInput, summary="Claim a queued task")
+class TaskClaimApi(TaskActionApi):
+    def perform(self, user: Any, task_id: str | None, data: dict[str, Any]) -> Task:
+        return worker.task_claim(worker=user, task_id=task_id,
+                                 expected_version=data.get("version"))
 
 
-class TaskDeclineApi(_TaskApi):
-    @extend_schema(request=ReasonInput, responses={200: TaskDetailSerializer,
-                   404: ErrorSerializer, 409: ErrorSerializer}, summary="Decline an offer")
-    def post(self, request: Request, task_id: str) -> Response:
-        data = valid_input(ReasonInput, request)
-        return self.respond(dispatch.task_decline(worker=request.user, task_id=task_id,
-                                                  reason=data["reason"],
-                                                  expected_version=data.get("version")))
+@action_schema(request=VersionInput, summary="Accept an offer")
+class TaskAcceptApi(TaskActionApi):
+    def perform(self, user: Any, task_id: str | None, data: dict[str, Any]) -> Task:
+        return worker.task_accept(worker=user, task_id=task_id,
+                                  expected_version=data.get("version"))
 
 
-class TaskReleaseApi(_TaskApi):
-    class InputSerializer(VersionInput):
-        class Meta:
-            ref_name = "TaskReleaseInput"
+@action_schema(request=ReasonInput, summary="Decline an offer")
+class TaskDeclineApi(TaskActionApi):
+    input_class = ReasonInput
 
-        reason = serializers.CharField(max_length=2000, required=False, allow_blank=True)
-
-    @extend_schema(request=InputSerializer, responses={200: TaskDetailSerializer,
-                   404: ErrorSerializer, 409: ErrorSerializer}, summary="Release a held task")
-    def post(self, request: Request, task_id: str) -> Response:
-        data = valid_input(self.InputSerializer, request)
-        return self.respond(dispatch.task_release(worker=request.user, task_id=task_id,
-                                                  reason=data.get("reason", ""),
-                                                  expected_version=data.get("version")))
+    def perform(self, user: Any, task_id: str | None, data: dict[str, Any]) -> Task:
+        return worker.task_decline(worker=user, task_id=task_id, reason=data["reason"],
+                                   expected_version=data.get("version"))
 
 
-class TaskCompleteApi(_TaskApi):
-    class InputSerializer(VersionInput):
-        class Meta:
-            ref_name = "TaskCompleteInput"
-
-        answer = serializers.JSONField(help_text="The form's fields and their values.")
-
-    @extend_schema(request=InputSerializer, responses={200: TaskDetailSerializer,
-                   400: ErrorSerializer, 404: ErrorSerializer, 409: ErrorSerializer},
-                   summary="Complete a held task with an answer")
-    def post(self, request: Request, task_id: str) -> Response:
-        data = valid_input(self.InputSerializer, request)
-        return self.respond(services.task_complete(worker=request.user, task_id=task_id,
-                                                   answer=data["answer"],
-                                                   expected_version=data.get("version")))
+class TaskReleaseInput(VersionInput):
+    reason = serializers.CharField(max_length=2000, required=False, allow_blank=True)
 
 
-class TaskRejectApi(_TaskApi):
-    @extend_schema(request=ReasonInput, responses={200: TaskDetailSerializer,
-                   404: ErrorSerializer, 409: ErrorSerializer}, summary="Reject a held task")
-    def post(self, request: Request, task_id: str) -> Response:
-        data = valid_input(ReasonInput, request)
-        return self.respond(services.task_reject(worker=request.user, task_id=task_id,
-                                                 reason=data["reason"],
-                                                 expected_version=data.get("version")))
+@action_schema(request=TaskReleaseInput, summary="Release a held task")
+class TaskReleaseApi(TaskActionApi):
+    input_class = TaskReleaseInput
+
+    def perform(self, user: Any, task_id: str | None, data: dict[str, Any]) -> Task:
+        return worker.task_release(worker=user, task_id=task_id, reason=data.get("reason", ""),
+                                   expected_version=data.get("version"))
 
 
-def valid_input(serializer_class: type[serializers.Serializer], request: Request) -> dict[str, Any]:
-    serializer = serializer_class(data=request.data)
-    serializer.is_valid(raise_exception=True)
-    return dict(serializer.validated_data)
+class TaskCompleteInput(VersionInput):
+    answer = serializers.JSONField(help_text="The form's fields and their values.")
+
+
+@action_schema(request=TaskCompleteInput, summary="Complete a held task with an answer",
+               errors=(400, 404, 409))
+class TaskCompleteApi(TaskActionApi):
+    input_class = TaskCompleteInput
+
+    def perform(self, user: Any, task_id: str | None, data: dict[str, Any]) -> Task:
+        return worker.task_complete(worker=user, task_id=task_id, answer=data["answer"],
+                                    expected_version=data.get("version"))
+
+
+@action_schema(request=ReasonInput, summary="Reject a held task")
+class TaskRejectApi(TaskActionApi):
+    input_class = ReasonInput
+
+    def perform(self, user: Any, task_id: str | None, data: dict[str, Any]) -> Task:
+        return worker.task_reject(worker=user, task_id=task_id, reason=data["reason"],
+                                  expected_version=data.get("version"))

@@ -13,9 +13,10 @@ from accounts.models import User
 from accounts.roles import Role
 from accounts.selectors import user_roles
 from config.errors import NotFound
-from inbox import supervision
-from inbox.api import ErrorSerializer, TaskDetailSerializer, TaskSerializer, valid_input
-from inbox.selectors import access_task
+from inbox.api import TaskActionApi, TaskSerializer, action_schema, valid_input
+from inbox.board import supervised_tasks
+from inbox.models import Task
+from inbox.services import supervisor
 
 BULK_MAX = 500
 
@@ -25,31 +26,6 @@ class IsSupervisor(BasePermission):
 
     def has_permission(self, request: Request, view: APIView) -> bool:
         return bool({Role.SUPERVISOR, Role.ADMIN} & user_roles(user=request.user))
-
-
-class _SupervisorApi(APIView):
-    permission_classes = [IsAuthenticated, IsSupervisor]
-
-    def respond(self, task: Any) -> Response:
-        task = access_task(user=self.request.user, task_id=task.pk)
-        return Response(TaskDetailSerializer(task).data)
-
-
-class SupervisedListApi(_SupervisorApi):
-    class FilterSerializer(serializers.Serializer):
-        escalated = serializers.BooleanField(required=False, default=False)
-        overdue = serializers.BooleanField(required=False, default=False)
-
-        class Meta:
-            ref_name = "SupervisedFilter"
-
-    @extend_schema(parameters=[FilterSerializer], responses=TaskSerializer(many=True),
-                   summary="Open tasks of my skills (escalated or overdue ones if asked)")
-    def get(self, request: Request) -> Response:
-        filters = self.FilterSerializer(data=request.query_params)
-        filters.is_valid(raise_exception=True)
-        tasks = supervision.supervised_tasks(supervisor=request.user, **filters.validated_data)
-        return Response(TaskSerializer(tasks[:500], many=True).data)
 
 
 class ActionInput(serializers.Serializer):
@@ -62,8 +38,32 @@ class ReassignInput(ActionInput):
 
 
 class ExtendInput(ActionInput):
-    clock = serializers.ChoiceField(choices=supervision.CLOCKS)
+    clock = serializers.ChoiceField(choices=supervisor.CLOCKS)
     seconds = serializers.IntegerField(min_value=1)
+
+
+class SupervisorActionApi(TaskActionApi):
+    permission_classes = [IsAuthenticated, IsSupervisor]
+    input_class = ActionInput
+
+
+class SupervisedListApi(APIView):
+    permission_classes = [IsAuthenticated, IsSupervisor]
+
+    class FilterSerializer(serializers.Serializer):
+        escalated = serializers.BooleanField(required=False, default=False)
+        overdue = serializers.BooleanField(required=False, default=False)
+
+        class Meta:
+            ref_name = "SupervisedFilter"
+
+    @extend_schema(parameters=[FilterSerializer], responses=TaskSerializer(many=True),
+                   summary="Open tasks of my skills (escalated or overdue ones if asked)")
+    def get(self, request: Request) -> Response:
+        filters = self.FilterSerializer(data=request.query_params)
+        filters.is_valid(raise_exception=True)
+        tasks = supervised_tasks(supervisor=request.user, **filters.validated_data)
+        return Response(TaskSerializer(tasks[:500], many=True).data)
 
 
 def _worker(email: str) -> User:
@@ -73,56 +73,50 @@ def _worker(email: str) -> User:
     return worker
 
 
-class ReassignApi(_SupervisorApi):
-    @extend_schema(request=ReassignInput, responses={200: TaskDetailSerializer,
-                   404: ErrorSerializer, 409: ErrorSerializer}, summary="Reassign a task")
-    def post(self, request: Request, task_id: str) -> Response:
-        data = valid_input(ReassignInput, request)
-        return self.respond(supervision.task_reassign(
-            supervisor=request.user, task_id=task_id, worker=_worker(data["worker"]),
-            reason=data["reason"], expected_version=data.get("version")))
+@action_schema(request=ReassignInput, summary="Reassign a task")
+class ReassignApi(SupervisorActionApi):
+    input_class = ReassignInput
+
+    def perform(self, user: Any, task_id: str | None, data: dict[str, Any]) -> Task:
+        return supervisor.task_reassign(
+            supervisor=user, task_id=task_id, worker=_worker(data["worker"]),
+            reason=data["reason"], expected_version=data.get("version"))
 
 
-class ReturnApi(_SupervisorApi):
-    @extend_schema(request=ActionInput, responses={200: TaskDetailSerializer,
-                   404: ErrorSerializer, 409: ErrorSerializer}, summary="Return to the queue")
-    def post(self, request: Request, task_id: str) -> Response:
-        data = valid_input(ActionInput, request)
-        return self.respond(supervision.task_return(
-            supervisor=request.user, task_id=task_id, reason=data["reason"],
-            expected_version=data.get("version")))
+@action_schema(request=ActionInput, summary="Return to the queue")
+class ReturnApi(SupervisorActionApi):
+    def perform(self, user: Any, task_id: str | None, data: dict[str, Any]) -> Task:
+        return supervisor.task_return(supervisor=user, task_id=task_id, reason=data["reason"],
+                                      expected_version=data.get("version"))
 
 
-class ExtendApi(_SupervisorApi):
-    @extend_schema(request=ExtendInput, responses={200: TaskDetailSerializer,
-                   404: ErrorSerializer, 409: ErrorSerializer}, summary="Extend a clock")
-    def post(self, request: Request, task_id: str) -> Response:
-        data = valid_input(ExtendInput, request)
-        return self.respond(supervision.task_extend(
-            supervisor=request.user, task_id=task_id, clock=data["clock"],
-            seconds=data["seconds"], reason=data["reason"],
-            expected_version=data.get("version")))
+@action_schema(request=ExtendInput, summary="Extend a clock")
+class ExtendApi(SupervisorActionApi):
+    input_class = ExtendInput
+
+    def perform(self, user: Any, task_id: str | None, data: dict[str, Any]) -> Task:
+        return supervisor.task_extend(
+            supervisor=user, task_id=task_id, clock=data["clock"], seconds=data["seconds"],
+            reason=data["reason"], expected_version=data.get("version"))
 
 
-class AbortApi(_SupervisorApi):
-    @extend_schema(request=ActionInput, responses={200: TaskDetailSerializer,
-                   404: ErrorSerializer, 409: ErrorSerializer},
-                   summary="Abort (Step Functions hears HumanTask.TimedOut)")
-    def post(self, request: Request, task_id: str) -> Response:
-        data = valid_input(ActionInput, request)
-        return self.respond(supervision.task_abort_by(
-            supervisor=request.user, task_id=task_id, reason=data["reason"],
-            expected_version=data.get("version")))
+@action_schema(request=ActionInput, summary="Abort (Step Functions hears HumanTask.TimedOut)")
+class AbortApi(SupervisorActionApi):
+    def perform(self, user: Any, task_id: str | None, data: dict[str, Any]) -> Task:
+        return supervisor.task_abort(supervisor=user, task_id=task_id, reason=data["reason"],
+                                     expected_version=data.get("version"))
 
 
-class BulkApi(_SupervisorApi):
+class BulkApi(APIView):
+    permission_classes = [IsAuthenticated, IsSupervisor]
+
     class InputSerializer(serializers.Serializer):
         action = serializers.ChoiceField(choices=["reassign", "return", "extend", "abort"])
         task_ids = serializers.ListField(child=serializers.UUIDField(), min_length=1,
                                          max_length=BULK_MAX)
         reason = serializers.CharField(max_length=2000)
         worker = serializers.EmailField(required=False)
-        clock = serializers.ChoiceField(choices=supervision.CLOCKS, required=False)
+        clock = serializers.ChoiceField(choices=supervisor.CLOCKS, required=False)
         seconds = serializers.IntegerField(min_value=1, required=False)
 
         class Meta:
@@ -153,8 +147,8 @@ class BulkApi(_SupervisorApi):
             arguments["worker"] = _worker(data["worker"])
         if action == "extend":
             arguments.update(clock=data["clock"], seconds=data["seconds"])
-        function = {"reassign": supervision.task_reassign, "return": supervision.task_return,
-                    "extend": supervision.task_extend, "abort": supervision.task_abort_by}
-        outcomes = supervision.tasks_bulk(supervisor=request.user, task_ids=data["task_ids"],
+        function = {"reassign": supervisor.task_reassign, "return": supervisor.task_return,
+                    "extend": supervisor.task_extend, "abort": supervisor.task_abort}
+        outcomes = supervisor.tasks_bulk(supervisor=request.user, task_ids=data["task_ids"],
                                           action=function[action], **arguments)
         return Response({"outcomes": outcomes})

@@ -17,8 +17,8 @@ from django.utils.dateparse import parse_datetime
 from accounts.models import Skill, User
 from accounts.roles import Role
 from accounts.selectors import user_roles
-from inbox.models import OPEN_STATES, Task, TaskState
-from inbox.selectors import HELD_STATES, visible_tasks
+from inbox.models import HELD_STATES, OPEN_STATES, Task, TaskState
+from inbox.selectors import visible_tasks
 
 PAGE_SIZE = 50
 
@@ -51,6 +51,21 @@ UNASSIGNED = "none"
 def is_supervisor(*, user: User) -> bool:
     """Return whether the user supervises (a supervisor or an admin)."""
     return bool({Role.SUPERVISOR, Role.ADMIN} & user_roles(user=user))
+
+
+def supervised_tasks(*, supervisor: User, escalated: bool = False,
+                     overdue: bool = False) -> QuerySet[Task]:
+    """Return the open tasks the supervisor manages; escalated or overdue ones if asked."""
+    tasks = visible_tasks(user=supervisor).filter(state__in=OPEN_STATES)
+    now = timezone.now()
+    if escalated:
+        tasks = tasks.filter(state=TaskState.ESCALATED)
+    if overdue:
+        tasks = tasks.filter(
+            Q(state=TaskState.ESCALATED) | Q(overall_deadline__lte=now)
+            | Q(work_deadline__lte=now) | Q(offer_deadline__lte=now)
+        )
+    return tasks.select_related("skill", "assignee").order_by("overall_deadline")
 
 
 def supervised_skills(*, user: User) -> QuerySet[Skill]:

@@ -1,17 +1,23 @@
-"""Task state changes: one function per transition, each one database transaction.
+"""Task state changes: one table of transitions and one function that applies its rows.
 
-Every transition locks the task row, checks its state (and the caller's version when
-given), applies the change, bumps ``version``, appends a hash-chained TaskEvent and,
-when Step Functions must hear of it, writes an Outbox row that a Celery task sends
-after commit. Views, the API, Celery tasks and commands call these functions; none of
-them changes a task's state any other way.
+``TRANSITIONS`` lists every action that changes a task: the states it may start from,
+the state it leaves, what it changes on the row (holder, clocks), who may do it, and the
+effects it sets off once it commits. ``transition`` applies one row in one database
+transaction: lock the task row, check the caller's version and the state, apply the
+change, bump ``version``, append one hash-chained TaskEvent, write the Outbox row when
+Step Functions must hear of the decision, and hand the effects to inbox.effects, which
+performs them after commit. ``task_receive`` makes a task's first row and event the same
+way. Nothing else in the code assigns ``Task.state``.
+
+The services (inbox/services/) decide who may act (access, eligibility, capacity) and
+call ``transition`` with an action's name; a state rule broken here is a Conflict (409).
 """
 
 import datetime
 import hashlib
 import json
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from django.db import transaction
@@ -19,7 +25,11 @@ from django.utils import timezone
 
 from accounts.models import User
 from config.errors import Conflict, NotFound
+from inbox import effects
+from inbox.effects import Effect
 from inbox.models import (
+    CLOSED_STATES,
+    OPEN_STATES,
     SENDING_STATES,
     Outbox,
     OutboxKind,
@@ -32,6 +42,9 @@ from inbox.models import (
 GENESIS_HASH = "0" * 64
 REJECTED_ERROR = "HumanTask.Rejected"
 TIMED_OUT_ERROR = "HumanTask.TimedOut"
+CAUSE_MAX_CHARS = 32_768
+# Every state a task can still leave: all but the closed ones.
+NOT_CLOSED = [state for state in TaskState if state not in CLOSED_STATES]
 
 
 class IllegalTransition(Conflict):
@@ -40,6 +53,16 @@ class IllegalTransition(Conflict):
 
 class StaleVersion(Conflict):
     code = "stale_version"
+
+
+@dataclass(frozen=True)
+class Step:
+    """What one application of a transition knows: who, when, why, and its parameters."""
+
+    actor: User | None
+    now: datetime.datetime
+    reason: str
+    params: Mapping[str, Any]
 
 
 @dataclass(frozen=True)
@@ -52,8 +75,339 @@ class Callback:
     cause: str = ""
 
 
-def actor_label(actor: User | None, system: str = "system") -> str:
-    return actor.email if actor is not None else system
+# A change applies an action to the locked row and returns the event's data.
+Change = Callable[[Task, Step], dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class Transition:
+    """One row of the table: an action and everything it does to a task."""
+
+    action: str
+    sources: tuple[str, ...]
+    # The state it leaves; None keeps the state (a clock extended, a failed callback noted);
+    # a mapping picks it by the state the task is in (a delivered decision closes it).
+    target: str | Mapping[str, str] | None
+    change: Change
+    # Who does it when no user does (the event's actor label).
+    system: str = "system"
+    # Set: only the task's holder may do it, and this says why another may not.
+    holder: str = ""
+    # Set: a blank reason is refused with this.
+    needs_reason: str = ""
+    callback: Callable[[Task, Step], Callback] | None = None
+    effects: tuple[Effect, ...] = field(default=())
+
+    def target_from(self, state: str) -> str:
+        if self.target is None:
+            return state
+        if isinstance(self.target, Mapping):
+            return self.target[state]
+        return self.target
+
+    @property
+    def all_effects(self) -> tuple[Effect, ...]:
+        """Return the effects after commit, the callback first when there is one."""
+        return ((Effect.CALLBACK,) if self.callback else ()) + self.effects
+
+
+# What each change does to the row ------------------------------------------------------
+
+
+def _received(task: Task, step: Step) -> dict[str, Any]:
+    """Start the overall clock (set by intake)."""
+    return {"overall_deadline": task.overall_deadline.isoformat()}
+
+
+def _hold(task: Task, step: Step) -> dict[str, Any]:
+    """The worker (the actor, or the one named) holds it; the work clock starts."""
+    worker = step.params.get("worker") or step.actor
+    task.assignee = worker
+    task.offer_deadline = None
+    task.work_deadline = step.now + datetime.timedelta(seconds=task.work_seconds)
+    if "worker" in step.params:
+        return {"worker": worker.email}
+    return {"work_deadline": task.work_deadline.isoformat()}
+
+
+def _offer(task: Task, step: Step) -> dict[str, Any]:
+    """Reserved for the named worker; the offer clock starts."""
+    worker = step.params["worker"]
+    task.assignee = worker
+    task.offer_deadline = step.now + datetime.timedelta(seconds=task.offer_seconds)
+    return {"worker": worker.email, "offer_deadline": task.offer_deadline.isoformat()}
+
+
+def _to_queue(task: Task, step: Step) -> dict[str, Any]:
+    """Nobody holds it; no offer or work clock runs."""
+    task.assignee = None
+    task.offer_deadline = None
+    task.work_deadline = None
+    return {}
+
+
+def _declined(task: Task, step: Step) -> dict[str, Any]:
+    """Back to the queue; never offered to this worker again."""
+    TaskPass.objects.get_or_create(task=task, worker=step.actor, defaults={
+        "why": TaskPass.Why.DECLINED, "reason": step.reason})
+    return _to_queue(task, step)
+
+
+def _lapsed(task: Task, step: Step) -> dict[str, Any]:
+    """Back to the queue; offered to this worker again only after a cool-down."""
+    passed, created = TaskPass.objects.get_or_create(
+        task=task, worker_id=task.assignee_id,
+        defaults={"why": TaskPass.Why.LAPSED, "reason": "The offer ran out."},
+    )
+    if not created and passed.why == TaskPass.Why.LAPSED:
+        # Offered again after the cool-down and lapsed again: a new cool-down starts.
+        passed.at = step.now
+        passed.save(update_fields=["at"])
+    return _to_queue(task, step)
+
+
+def _extend(clock: str) -> Change:
+    column = f"{clock}_deadline"
+
+    def change(task: Task, step: Step) -> dict[str, Any]:
+        """The running clock runs out later by the seconds asked."""
+        current = getattr(task, column)
+        if current is None:
+            raise Conflict(f"The {clock} clock of this task is not running.")
+        seconds = step.params["seconds"]
+        setattr(task, column, max(current, step.now) + datetime.timedelta(seconds=seconds))
+        return {"seconds": seconds}
+
+    return change
+
+
+def _escalated(task: Task, step: Step) -> dict[str, Any]:
+    """Nobody holds it; the escalation clock replaces the overall one.
+
+    The escalation clock starts when the sweeper saw the overall one run out (since); when
+    it runs out too, the task aborts (see the clock service).
+    """
+    _to_queue(task, step)
+    since = step.params.get("since", step.now)
+    task.overall_deadline = since + datetime.timedelta(seconds=task.escalation_seconds or 0)
+    return {}
+
+
+def _answered(task: Task, step: Step) -> dict[str, Any]:
+    """Keep the answer; the work clock stops."""
+    task.answer = step.params["answer"]
+    task.work_deadline = None
+    return {}
+
+
+def _rejected(task: Task, step: Step) -> dict[str, Any]:
+    """Keep the reason; the work clock stops."""
+    task.reason = step.reason
+    task.work_deadline = None
+    return {}
+
+
+def _aborted(task: Task, step: Step) -> dict[str, Any]:
+    """Keep the reason; the offer, work and heartbeat clocks stop."""
+    task.offer_deadline = task.work_deadline = task.next_heartbeat_at = None
+    task.reason = step.reason
+    return {}
+
+
+def _delivered(task: Task, step: Step) -> dict[str, Any]:
+    """Closed; heartbeats stop."""
+    task.closed_at = step.now
+    task.next_heartbeat_at = None
+    return {"callback": step.params["kind"]}
+
+
+def _noted(task: Task, step: Step) -> dict[str, Any]:
+    """Nothing changes: the history says the callback is dead."""
+    return {}
+
+
+def _ended(task: Task, step: Step) -> dict[str, Any]:
+    """Closed with the reason; every clock stops."""
+    task.closed_at = step.now
+    task.reason = step.reason
+    task.offer_deadline = task.work_deadline = task.next_heartbeat_at = None
+    return {}
+
+
+# What Step Functions hears -------------------------------------------------------------
+
+
+def _success(task: Task, step: Step) -> Callback:
+    return Callback(kind=OutboxKind.SUCCESS, output={
+        "answer": step.params["answer"], "worker": str(step.actor.pk),
+        "completedAt": step.now.isoformat()})
+
+
+def _rejection(task: Task, step: Step) -> Callback:
+    return Callback(kind=OutboxKind.FAILURE, error=REJECTED_ERROR,
+                    cause=step.reason[:CAUSE_MAX_CHARS])
+
+
+def _timeout(task: Task, step: Step) -> Callback:
+    return Callback(kind=OutboxKind.FAILURE, error=TIMED_OUT_ERROR,
+                    cause=step.reason[:CAUSE_MAX_CHARS])
+
+
+# The table -----------------------------------------------------------------------------
+
+NOT_YOURS = "This offer is not yours."
+NOT_HELD = "You do not hold this task."
+SUPERVISOR_REASON = "Say why: every supervisor action is recorded with its reason."
+CLOCK, DISPATCHER, CALLBACKS = "clock", "dispatch", "callbacks"
+QUEUED, OFFERED, WORKING = TaskState.QUEUED, TaskState.OFFERED, TaskState.IN_PROGRESS
+OPEN = tuple(OPEN_STATES)
+
+TRANSITIONS: dict[str, Transition] = {row.action: row for row in [
+    # Intake: a new task enters its queue (task_receive applies this row).
+    Transition("receive", (), QUEUED, _received, system="intake", effects=(Effect.DISPATCH,)),
+    # Dispatch and the worker's hold on a task.
+    Transition("offer", (QUEUED,), OFFERED, _offer, system=DISPATCHER,
+               effects=(Effect.NOTIFY_OFFERED,)),
+    Transition("accept", (OFFERED,), WORKING, _hold, holder=NOT_YOURS),
+    Transition("take_next", (QUEUED,), WORKING, _hold),
+    Transition("claim", (QUEUED,), WORKING, _hold),
+    Transition("decline", (OFFERED,), QUEUED, _declined, holder=NOT_YOURS,
+               needs_reason="Say why you decline.", effects=(Effect.DISPATCH,)),
+    Transition("release", (WORKING,), QUEUED, _to_queue, holder=NOT_HELD,
+               effects=(Effect.DISPATCH,)),
+    # The worker's decision.
+    Transition("complete", (WORKING,), TaskState.COMPLETING, _answered, holder=NOT_HELD,
+               callback=_success),
+    Transition("reject", (WORKING,), TaskState.REJECTING, _rejected, holder=NOT_HELD,
+               needs_reason="Say why you reject the task.", callback=_rejection),
+    # The clocks.
+    Transition("offer_timeout", (OFFERED,), QUEUED, _lapsed, system=CLOCK,
+               effects=(Effect.DISPATCH,)),
+    Transition("work_timeout", (WORKING,), QUEUED, _to_queue, system=CLOCK,
+               effects=(Effect.DISPATCH,)),
+    Transition("escalate", OPEN, TaskState.ESCALATED, _escalated, system=CLOCK,
+               effects=(Effect.NOTIFY_ESCALATED,)),
+    Transition("overall_timeout", OPEN, TaskState.ABORTING, _aborted, system=CLOCK,
+               callback=_timeout),
+    # Supervisors.
+    Transition("reassign", OPEN, WORKING, _hold, needs_reason=SUPERVISOR_REASON),
+    Transition("return", OPEN, QUEUED, _to_queue, needs_reason=SUPERVISOR_REASON,
+               effects=(Effect.DISPATCH,)),
+    *(Transition(f"extend_{clock}", OPEN, None, _extend(clock), needs_reason=SUPERVISOR_REASON)
+      for clock in ("offer", "work", "overall")),
+    Transition("abort", OPEN, TaskState.ABORTING, _aborted, needs_reason=SUPERVISOR_REASON,
+               callback=_timeout),
+    # What Step Functions made of the decision, and executions that ended upstream.
+    Transition("delivered", tuple(SENDING_STATES), {
+        TaskState.COMPLETING: TaskState.COMPLETED, TaskState.REJECTING: TaskState.REJECTED,
+        TaskState.ABORTING: TaskState.TIMED_OUT}, _delivered, system=CALLBACKS),
+    Transition("callback_failed", tuple(SENDING_STATES), None, _noted, system=CALLBACKS),
+    Transition("expire", tuple(NOT_CLOSED), TaskState.EXPIRED, _ended, system=CALLBACKS),
+    Transition("cancel", tuple(NOT_CLOSED), TaskState.CANCELLED, _ended, system="reconciler"),
+]}
+
+
+# Applying a row ------------------------------------------------------------------------
+
+
+def transition(*, task_id: Any, action: str, actor: User | None = None, system: str = "",
+               expected_version: int | None = None, reason: str = "",
+               locked: Task | None = None, **params: Any) -> Task:
+    """Apply the table's row for action to a task in one transaction; return the task.
+
+    Raise NotFound if the task does not exist, StaleVersion if expected_version is given
+    and differs, Conflict if the action is its holder's and actor does not hold it,
+    IllegalTransition if the task's state is not one the action starts from. locked is
+    the task's row as the caller's open transaction just read it FOR UPDATE (take next): it
+    is used as is, without reading it again or a savepoint of its own. params go to the
+    row's change.
+    """
+    row = TRANSITIONS[action]
+    if row.needs_reason and not reason.strip():
+        raise Conflict(row.needs_reason)
+    if locked is not None and not transaction.get_connection().in_atomic_block:
+        raise RuntimeError("transition(locked=...) needs the transaction that locked the row.")
+    return _apply(row, task_id=task_id, actor=actor, system=system or row.system,
+                  expected_version=expected_version, reason=reason, locked=locked,
+                  params=params)
+
+
+def _apply(row: Transition, *, task_id: Any, actor: User | None, system: str,
+           expected_version: int | None, reason: str, locked: Task | None,
+           params: Mapping[str, Any]) -> Task:
+    # A locked row's transaction is the caller's: an error here rolls all of it back.
+    with transaction.atomic(savepoint=locked is None):
+        # The row lock serialises racing transitions; the loser re-checks state below.
+        task = locked or Task.objects.select_for_update().filter(pk=task_id).first()
+        if task is None:
+            raise NotFound("No such task.")
+        if expected_version is not None and task.version != expected_version:
+            raise StaleVersion(
+                f"The task changed since you loaded it (your version {expected_version}, now "
+                f"{task.version}: {task.get_state_display().lower()}). Reload it."
+            )
+        if row.holder and (actor is None or task.assignee_id != actor.pk):
+            raise Conflict(row.holder)
+        if task.state not in row.sources:
+            raise IllegalTransition(_state_refusal(row, task=task))
+        step = Step(actor=actor, now=timezone.now(), reason=reason, params=params)
+        from_state = task.state
+        data = row.change(task, step)
+        task.state = row.target_from(from_state)
+        task.version += 1
+        task.save()
+        _event_append(task=task, action=row.action, from_state=from_state, actor=actor,
+                      label=actor.email if actor is not None else system, reason=reason,
+                      data=data, at=step.now)
+        outbox_id = None
+        if row.callback is not None:
+            callback = row.callback(task, step)
+            outbox_id = Outbox.objects.create(
+                task=task, decision_version=task.version, kind=callback.kind,
+                output=callback.output, error=callback.error, cause=callback.cause,
+                next_attempt_at=step.now,
+            ).pk
+        effects.after_commit(task=task, effects=row.all_effects, outbox_id=outbox_id)
+    return task
+
+
+def _state_refusal(row: Transition, *, task: Task) -> str:
+    return (f"Cannot {row.action.replace('_', ' ')} a task that is "
+            f"{task.get_state_display().lower()}.")
+
+
+def transition_problem(*, task: Task, action: str, actor: User | None) -> str | None:
+    """Return why action would be refused on the task as read, or None (pages ask first).
+
+    The same rules, in the same order, as transition applies under the row lock.
+    """
+    row = TRANSITIONS[action]
+    if row.holder and (actor is None or task.assignee_id != actor.pk):
+        return row.holder
+    if task.state not in row.sources:
+        return _state_refusal(row, task=task)
+    return None
+
+
+def task_receive(**fields: Any) -> Task:
+    """Create a task from the intake's fields in the open transaction, with its first event.
+
+    The "receive" row of the table: no state before, queued after; its effect (an offer,
+    for a push queue) runs after the caller's transaction commits.
+    """
+    row = TRANSITIONS["receive"]
+    if not transaction.get_connection().in_atomic_block:
+        raise RuntimeError("task_receive needs the intake's transaction.")
+    now = timezone.now()
+    task = Task.objects.create(state=row.target_from(""), **fields)
+    step = Step(actor=None, now=now, reason="", params={})
+    _event_append(task=task, action=row.action, from_state="", actor=None, label=row.system,
+                  reason="", data=row.change(task, step), at=now)
+    effects.after_commit(task=task, effects=row.all_effects)
+    return task
+
+
+# The history ---------------------------------------------------------------------------
 
 
 def event_hash(*, prev_hash: str, task_id: str, version: int, action: str, from_state: str,
@@ -67,301 +421,21 @@ def event_hash(*, prev_hash: str, task_id: str, version: int, action: str, from_
     return hashlib.sha256(content.encode()).hexdigest()
 
 
-def event_append(*, task: Task, action: str, from_state: str, actor: User | None,
-                 system: str = "system", reason: str = "", data: dict | None = None) -> TaskEvent:
+def _event_append(*, task: Task, action: str, from_state: str, actor: User | None, label: str,
+                  reason: str, data: dict, at: datetime.datetime) -> TaskEvent:
     """Append the event of a change already applied to task (its new state and version)."""
     previous = (
         TaskEvent.objects.filter(task=task).order_by("-version").values_list("hash", flat=True)
         .first()
-    )
-    at = timezone.now()
-    label = actor_label(actor, system)
-    data = data or {}
+    ) or GENESIS_HASH
     return TaskEvent.objects.create(
         task=task, version=task.version, action=action, from_state=from_state,
         to_state=task.state, actor=actor, actor_label=label, reason=reason, data=data, at=at,
-        prev_hash=previous or GENESIS_HASH,
-        hash=event_hash(prev_hash=previous or GENESIS_HASH, task_id=str(task.pk),
-                        version=task.version, action=action, from_state=from_state,
-                        to_state=task.state, actor=label, reason=reason, data=data, at=at),
+        prev_hash=previous,
+        hash=event_hash(prev_hash=previous, task_id=str(task.pk), version=task.version,
+                        action=action, from_state=from_state, to_state=task.state,
+                        actor=label, reason=reason, data=data, at=at),
     )
-
-
-def transition(
-    *,
-    task_id: Any,
-    action: str,
-    allowed_from: Iterable[str],
-    to_state: str,
-    actor: User | None = None,
-    system: str = "system",
-    expected_version: int | None = None,
-    reason: str = "",
-    data: dict | None = None,
-    change: Callable[[Task], None] | None = None,
-    callback: Callback | None = None,
-    locked: Task | None = None,
-) -> Task:
-    """Apply one state change to a task in one transaction; return the updated task.
-
-    Raise NotFound if the task does not exist, StaleVersion if expected_version is
-    given and differs, IllegalTransition if the task's state is not in allowed_from.
-    locked is the task's row as the caller's open transaction just read it FOR UPDATE
-    (take next): it is used as is, without reading it again or a savepoint of its own.
-    """
-    allowed = tuple(allowed_from)
-    if locked is not None and not transaction.get_connection().in_atomic_block:
-        raise RuntimeError("transition(locked=...) needs the transaction that locked the row.")
-    # A locked row's transaction is the caller's: an error here rolls all of it back.
-    with transaction.atomic(savepoint=locked is None):
-        # The row lock serialises racing transitions; the loser re-checks state below.
-        task = locked or Task.objects.select_for_update().filter(pk=task_id).first()
-        if task is None:
-            raise NotFound("No such task.")
-        if expected_version is not None and task.version != expected_version:
-            raise StaleVersion(
-                f"The task changed since you loaded it (your version {expected_version}, now "
-                f"{task.version}: {task.get_state_display().lower()}). Reload it."
-            )
-        if task.state not in allowed:
-            raise IllegalTransition(
-                f"Cannot {action.replace('_', ' ')} a task that is "
-                f"{task.get_state_display().lower()}."
-            )
-        from_state = task.state
-        if change is not None:
-            change(task)
-        task.state = to_state
-        task.version += 1
-        task.save()
-        event_append(task=task, action=action, from_state=from_state, actor=actor,
-                     system=system, reason=reason, data=data)
-        if callback is not None:
-            outbox = Outbox.objects.create(
-                task=task, decision_version=task.version, kind=callback.kind,
-                output=callback.output, error=callback.error, cause=callback.cause,
-                next_attempt_at=timezone.now(),
-            )
-            # Sent only after commit: a rolled-back decision must never reach Step Functions.
-            # Robust: with the broker down the decision stands (the outbox drain sends it),
-            # so a failed enqueue is logged and must not fail the request that made it.
-            transaction.on_commit(lambda: _enqueue_callback(outbox.pk), robust=True)
-    return task
-
-
-def _enqueue_callback(outbox_id: int) -> None:
-    from inbox.tasks import callback_send_task
-
-    callback_send_task.delay(outbox_id)
-
-
-# Worker transitions ------------------------------------------------------------------
-
-
-def _hold(worker: User, now: datetime.datetime, work_seconds: int) -> Callable[[Task], None]:
-    def change(task: Task) -> None:
-        task.assignee = worker
-        task.offer_deadline = None
-        task.work_deadline = now + datetime.timedelta(seconds=work_seconds)
-
-    return change
-
-
-def task_start(*, task: Task, worker: User, action: str, allowed_from: Iterable[str],
-               expected_version: int | None = None, locked: bool = False) -> Task:
-    """Give the task to the worker to work on now (take next, claim, accept).
-
-    locked: task was just read FOR UPDATE in the caller's transaction (see transition).
-    """
-    now = timezone.now()
-    return transition(
-        task_id=task.pk, action=action, allowed_from=allowed_from,
-        to_state=TaskState.IN_PROGRESS, actor=worker, expected_version=expected_version,
-        locked=task if locked else None,
-        change=_hold(worker, now, task.work_seconds),
-        data={"work_deadline": (now + datetime.timedelta(seconds=task.work_seconds)).isoformat()},
-    )
-
-
-def task_offer(*, task: Task, worker: User) -> Task:
-    """Reserve a queued task for one worker until its offer clock runs out."""
-    now = timezone.now()
-    deadline = now + datetime.timedelta(seconds=task.offer_seconds)
-
-    def change(t: Task) -> None:
-        t.assignee = worker
-        t.offer_deadline = deadline
-
-    return transition(
-        task_id=task.pk, action="offer", allowed_from=[TaskState.QUEUED],
-        to_state=TaskState.OFFERED, system="dispatch", change=change,
-        data={"worker": worker.email, "offer_deadline": deadline.isoformat()},
-    )
-
-
-def task_accept(*, task: Task, worker: User, expected_version: int | None = None) -> Task:
-    """Accept an offer made to this worker."""
-    if task.assignee_id != worker.pk:
-        raise IllegalTransition("This offer is not yours.")
-    return task_start(task=task, worker=worker, action="accept",
-                      allowed_from=[TaskState.OFFERED], expected_version=expected_version)
-
-
-def _back_to_queue(task: Task) -> None:
-    task.assignee = None
-    task.offer_deadline = None
-    task.work_deadline = None
-
-
-def task_decline(*, task: Task, worker: User, reason: str,
-                 expected_version: int | None = None) -> Task:
-    """Decline an offer with a reason; the task is never offered to this worker again."""
-    if not reason.strip():
-        raise Conflict("Say why you decline.")
-    if task.assignee_id != worker.pk:
-        raise IllegalTransition("This offer is not yours.")
-
-    def change(t: Task) -> None:
-        if t.assignee_id != worker.pk:
-            raise IllegalTransition("This offer is not yours.")
-        _back_to_queue(t)
-        TaskPass.objects.get_or_create(task=t, worker=worker, defaults={
-            "why": TaskPass.Why.DECLINED, "reason": reason})
-
-    return transition(
-        task_id=task.pk, action="decline", allowed_from=[TaskState.OFFERED],
-        to_state=TaskState.QUEUED, actor=worker, reason=reason,
-        expected_version=expected_version, change=change,
-    )
-
-
-def task_release(*, task: Task, worker: User, reason: str = "",
-                 expected_version: int | None = None) -> Task:
-    """Give a held task back to its queue."""
-
-    def change(t: Task) -> None:
-        if t.assignee_id != worker.pk:
-            raise IllegalTransition("You do not hold this task.")
-        _back_to_queue(t)
-
-    return transition(
-        task_id=task.pk, action="release", allowed_from=[TaskState.IN_PROGRESS],
-        to_state=TaskState.QUEUED, actor=worker, reason=reason,
-        expected_version=expected_version, change=change,
-    )
-
-
-def task_complete(*, task: Task, worker: User, answer: dict,
-                  expected_version: int | None = None) -> Task:
-    """Record the worker's (already validated) answer and queue SendTaskSuccess."""
-    now = timezone.now()
-    output = {"answer": answer, "worker": str(worker.pk), "completedAt": now.isoformat()}
-
-    def change(t: Task) -> None:
-        if t.assignee_id != worker.pk:
-            raise IllegalTransition("You do not hold this task.")
-        t.answer = answer
-        t.work_deadline = None
-
-    return transition(
-        task_id=task.pk, action="complete", allowed_from=[TaskState.IN_PROGRESS],
-        to_state=TaskState.COMPLETING, actor=worker, expected_version=expected_version,
-        change=change, callback=Callback(kind=OutboxKind.SUCCESS, output=output),
-    )
-
-
-def task_reject(*, task: Task, worker: User, reason: str,
-                expected_version: int | None = None) -> Task:
-    """Reject the task with a reason and queue SendTaskFailure (HumanTask.Rejected)."""
-    if not reason.strip():
-        raise Conflict("Say why you reject the task.")
-
-    def change(t: Task) -> None:
-        if t.assignee_id != worker.pk:
-            raise IllegalTransition("You do not hold this task.")
-        t.reason = reason
-        t.work_deadline = None
-
-    return transition(
-        task_id=task.pk, action="reject", allowed_from=[TaskState.IN_PROGRESS],
-        to_state=TaskState.REJECTING, actor=worker, reason=reason,
-        expected_version=expected_version, change=change,
-        callback=Callback(kind=OutboxKind.FAILURE, error=REJECTED_ERROR, cause=reason[:32768]),
-    )
-
-
-# Outcomes reported by the callback sender ------------------------------------------------
-
-_SENT_TO = {
-    TaskState.COMPLETING: TaskState.COMPLETED,
-    TaskState.REJECTING: TaskState.REJECTED,
-    TaskState.ABORTING: TaskState.TIMED_OUT,
-}
-
-
-def task_callback_delivered(*, task_id: Any, outbox: Outbox) -> Task:
-    """Close the task whose decision Step Functions has accepted."""
-    task = Task.objects.get(pk=task_id)
-    to_state = _SENT_TO.get(TaskState(task.state))
-    if to_state is None:
-        raise IllegalTransition(f"Cannot close a task that is {task.get_state_display().lower()}.")
-
-    def change(t: Task) -> None:
-        t.closed_at = timezone.now()
-        t.next_heartbeat_at = None
-
-    return transition(
-        task_id=task_id, action="delivered", allowed_from=[task.state], to_state=to_state,
-        system="callbacks", change=change, data={"callback": outbox.kind},
-    )
-
-
-def task_callback_failed(*, task_id: Any, reason: str) -> Task:
-    """Record on the task that its decision could not be delivered (the outbox row is dead).
-
-    The task keeps its state (completing, rejecting, aborting): the decision stands and an
-    admin may requeue the callback; the history says why it has not closed.
-    """
-    task = Task.objects.get(pk=task_id)
-    return transition(
-        task_id=task_id, action="callback_failed", allowed_from=SENDING_STATES,
-        to_state=task.state, system="callbacks", reason=reason,
-    )
-
-
-def task_expire(*, task_id: Any, reason: str, system: str = "callbacks") -> Task:
-    """Close a task Step Functions no longer waits for (timed out, token gone)."""
-
-    def change(t: Task) -> None:
-        t.closed_at = timezone.now()
-        t.reason = reason
-        t.offer_deadline = t.work_deadline = t.next_heartbeat_at = None
-
-    return transition(
-        task_id=task_id, action="expire",
-        allowed_from=[*(s for s in TaskState if s not in _CLOSED)], to_state=TaskState.EXPIRED,
-        system=system, reason=reason, change=change,
-    )
-
-
-def task_cancel(*, task_id: Any, reason: str, actor: User | None = None,
-                system: str = "reconciler") -> Task:
-    """Close an open task whose execution ended upstream (stopped, failed, gone)."""
-
-    def change(t: Task) -> None:
-        t.closed_at = timezone.now()
-        t.reason = reason
-        t.offer_deadline = t.work_deadline = t.next_heartbeat_at = None
-
-    return transition(
-        task_id=task_id, action="cancel",
-        allowed_from=[*(s for s in TaskState if s not in _CLOSED)], to_state=TaskState.CANCELLED,
-        actor=actor, system=system, reason=reason, change=change,
-    )
-
-
-_CLOSED = {TaskState.COMPLETED, TaskState.REJECTED, TaskState.TIMED_OUT, TaskState.EXPIRED,
-           TaskState.CANCELLED}
 
 
 def events_verify(*, task: Task) -> str | None:

@@ -21,13 +21,18 @@ class TaskState(models.TextChoices):
     CANCELLED = "cancelled", "Cancelled"
 
 
-# A worker can act on these; the rest wait for Step Functions or are over.
-OPEN_STATES = (TaskState.QUEUED, TaskState.OFFERED, TaskState.IN_PROGRESS, TaskState.ESCALATED)
-SENDING_STATES = (TaskState.COMPLETING, TaskState.REJECTING, TaskState.ABORTING)
-CLOSED_STATES = (
+# The state groups, defined here once (lists, as the index conditions below need them).
+# Open: a worker or supervisor can act on it; its clocks run.
+OPEN_STATES = [TaskState.QUEUED, TaskState.OFFERED, TaskState.IN_PROGRESS, TaskState.ESCALATED]
+# Held: reserved for one worker (its assignee), who counts it against their capacity.
+HELD_STATES = [TaskState.OFFERED, TaskState.IN_PROGRESS]
+# Sending: decided; the outbox is telling Step Functions.
+SENDING_STATES = [TaskState.COMPLETING, TaskState.REJECTING, TaskState.ABORTING]
+# Closed: over; nothing changes it any more.
+CLOSED_STATES = [
     TaskState.COMPLETED, TaskState.REJECTED, TaskState.TIMED_OUT, TaskState.EXPIRED,
     TaskState.CANCELLED,
-)
+]
 
 
 class Task(models.Model):
@@ -83,7 +88,7 @@ class Task(models.Model):
             models.Index(
                 fields=["skill", "-priority", "created_at"],
                 name="task_queue_order",
-                condition=models.Q(state="queued"),
+                condition=models.Q(state=TaskState.QUEUED),
             ),
             models.Index(fields=["assignee", "state"], name="task_by_assignee"),
             models.Index(fields=["execution_arn", "stage"], name="task_by_execution"),
@@ -93,19 +98,19 @@ class Task(models.Model):
             # the escalation clock.
             models.Index(
                 fields=["overall_deadline"], name="task_overall_running",
-                condition=models.Q(state__in=["queued", "offered", "in_progress", "escalated"]),
+                condition=models.Q(state__in=OPEN_STATES),
             ),
             models.Index(
                 fields=["offer_deadline"], name="task_offer_due",
-                condition=models.Q(state="offered"),
+                condition=models.Q(state=TaskState.OFFERED),
             ),
             models.Index(
                 fields=["work_deadline"], name="task_work_due",
-                condition=models.Q(state="in_progress"),
+                condition=models.Q(state=TaskState.IN_PROGRESS),
             ),
             models.Index(
                 fields=["execution_checked_at"], name="task_execution_check",
-                condition=models.Q(state__in=["queued", "offered", "in_progress", "escalated"]),
+                condition=models.Q(state__in=OPEN_STATES),
             ),
             models.Index(
                 fields=["next_heartbeat_at"], name="task_heartbeat_due",
@@ -115,11 +120,11 @@ class Task(models.Model):
             # (ties by id), read from the page's cursor on (by deadline: task_overall_running).
             models.Index(
                 fields=["created_at", "id"], name="task_open_by_created",
-                condition=models.Q(state__in=["queued", "offered", "in_progress", "escalated"]),
+                condition=models.Q(state__in=OPEN_STATES),
             ),
             models.Index(
                 fields=["priority", "id"], name="task_open_by_priority",
-                condition=models.Q(state__in=["queued", "offered", "in_progress", "escalated"]),
+                condition=models.Q(state__in=OPEN_STATES),
             ),
         ]
         constraints = [
@@ -127,7 +132,7 @@ class Task(models.Model):
                 condition=models.Q(priority__lte=100), name="task_priority_0_to_100"
             ),
             models.CheckConstraint(
-                condition=~models.Q(state__in=["offered", "in_progress"])
+                condition=~models.Q(state__in=HELD_STATES)
                 | models.Q(assignee__isnull=False),
                 name="task_offered_or_in_progress_has_assignee",
             ),

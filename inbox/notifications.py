@@ -5,25 +5,12 @@ from typing import Any
 
 from django.conf import settings
 from django.core.mail import send_mail
-from django.db import transaction
 
 from accounts.models import User
 from accounts.roles import Role
 from inbox.models import Task, TaskState
 
 logger = logging.getLogger(__name__)
-
-
-def notify_after_commit(*, kind: str, task_id: Any) -> None:
-    """Queue a notification once the change that caused it has committed."""
-    from inbox.tasks_clocks import notify_task
-
-    # After commit: a rolled-back offer or escalation must not be announced. Robust: the
-    # change stands without its e-mail; a broker that is down is logged (with its
-    # traceback, by Django) and must not undo, or fail the request of, a committed change.
-    # (A lambda: Django's robust logging reads __qualname__, which a partial lacks.)
-    about = str(task_id)
-    transaction.on_commit(lambda: notify_task.delay(kind, about), robust=True)
 
 
 _ABOUT = {"offered": TaskState.OFFERED, "escalated": TaskState.ESCALATED}

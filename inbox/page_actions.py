@@ -1,11 +1,24 @@
-"""Small helpers shared by the task pages' POST views (workers' and supervisors')."""
+"""The one shape of the task pages' POST actions (workers' and supervisors').
+
+A view of an action only says which service it calls with what the page posted; this
+module does the rest: a task the user may not see is a 404, a refused action comes back
+to the task page saying why, a done one says so and moves on.
+"""
+
+from collections.abc import Callable
+from functools import wraps
+from typing import Any
 
 from django.contrib import messages
-from django.http import HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect
+from django.views.decorators.http import require_POST
 
-from config.errors import InboxError
+from config.errors import InboxError, NotFound
 from inbox.models import Task
+
+Perform = Callable[[HttpRequest, Any], "Task | HttpResponse"]
+Then = Callable[[HttpRequest, Task], HttpResponse]
 
 
 def posted_version(request: HttpRequest) -> int | None:
@@ -16,7 +29,44 @@ def posted_version(request: HttpRequest) -> int | None:
         return None
 
 
-def refused(request: HttpRequest, task: Task, exc: InboxError) -> HttpResponse:
+def refused(request: HttpRequest, task_id: Any, exc: InboxError) -> HttpResponse:
     """Say why an action was refused, on the task's page as it is now."""
     messages.error(request, exc.message)
+    return redirect("inbox:task", task_id=task_id)
+
+
+def to_task(request: HttpRequest, task: Task) -> HttpResponse:
     return redirect("inbox:task", task_id=task.pk)
+
+
+def to_home(request: HttpRequest, task: Task) -> HttpResponse:
+    return redirect("inbox:home")
+
+
+def task_action(*, done: str = "", then: Then = to_task) -> Callable[[Perform], Callable]:
+    """Make a POST view of one task action from perform(request, task_id).
+
+    perform calls one service and returns the task it changed, or a response of its own
+    (a form to show again). done is the message on success, formatted with the task and
+    the posted data (``{task.title}``, ``{post[clock]}``); then says where to go next.
+    """
+
+    def decorate(perform: Perform) -> Callable[[HttpRequest, Any], HttpResponse]:
+        @require_POST
+        @wraps(perform)
+        def view(request: HttpRequest, task_id: Any) -> HttpResponse:
+            try:
+                outcome = perform(request, task_id)
+            except NotFound:
+                raise Http404("No such task.") from None
+            except InboxError as exc:
+                return refused(request, task_id, exc)
+            if isinstance(outcome, HttpResponse):
+                return outcome
+            if done:
+                messages.success(request, done.format(task=outcome, post=request.POST))
+            return then(request, outcome)
+
+        return view
+
+    return decorate

@@ -8,11 +8,11 @@ from django.db.models import Count, Min, Q, QuerySet
 from accounts.models import User, WorkerSkill
 from accounts.roles import Role
 from accounts.selectors import user_roles
-from config.errors import Conflict, NotFound
-from inbox.models import OPEN_STATES, Task, TaskEvent, TaskState
+from config.errors import Conflict, InboxError, NotFound
+from inbox.models import HELD_STATES, OPEN_STATES, Task, TaskEvent, TaskState
+from processes.forms import Form, form_for
 
-Action = Literal["view", "take", "work", "offer", "manage"]
-HELD_STATES = (TaskState.OFFERED, TaskState.IN_PROGRESS)
+Action = Literal["view", "manage"]
 
 
 def visible_tasks(*, user: User) -> QuerySet[Task]:
@@ -27,11 +27,11 @@ def visible_tasks(*, user: User) -> QuerySet[Task]:
 
 
 def access_task(*, user: User, task_id: object, action: Action = "view") -> Task:
-    """Return the task if the user may do action on it; raise NotFound or Conflict.
+    """Return the task if the user may see it (view) or supervise it (manage); else NotFound.
 
-    A task the user may not see is NotFound (404), never a hint that it exists.
-    view: see it. take: claim it now (skill at the required proficiency, not excluded).
-    work/offer: act on a task the user holds / was offered. manage: supervise it.
+    Permission only: a task the user may not see is NotFound (404), never a hint that it
+    exists. Whether they may act on it now (hold it, its state) is the transition's rule
+    (inbox.lifecycle: a Conflict, 409).
     """
     try:
         task = visible_tasks(user=user).select_related("skill", "assignee").get(pk=task_id)
@@ -39,16 +39,6 @@ def access_task(*, user: User, task_id: object, action: Action = "view") -> Task
         # A malformed id is as unknown as a missing one.
         raise NotFound("No such task.") from None
     if action == "view":
-        return task
-    if action in ("work", "offer"):
-        if task.assignee_id != user.pk:
-            raise Conflict("You do not hold this task." if action == "work"
-                           else "This offer is not yours.")
-        return task
-    if action == "take":
-        problem = eligibility_problem(user=user, task=task)
-        if problem:
-            raise Conflict(problem)
         return task
     if action == "manage":
         roles = user_roles(user=user)
@@ -89,6 +79,42 @@ def excluded_by_separation(*, user: User, task: Task) -> bool:
 def worker_load(*, user: User) -> int:
     """Return how many tasks the worker holds (offered or in progress)."""
     return Task.objects.filter(assignee=user, state__in=HELD_STATES).count()
+
+
+def worker_lock(*, user: User) -> User:
+    """Lock the worker's row in the open transaction and return it fresh.
+
+    The lock queues up everything that may add to one worker's load (their own takes, an
+    offer, a reassign to them), so a capacity checked after it still holds at commit.
+    """
+    return User.objects.select_for_update().get(pk=user.pk)
+
+
+def capacity_check(*, user: User) -> None:
+    """Raise Conflict if the worker holds as many tasks as their capacity allows."""
+    held = worker_load(user=user)
+    if held >= user.capacity:
+        raise Conflict(
+            f"You hold {held} task(s), your capacity is {user.capacity}: finish or release "
+            "one first."
+        )
+
+
+class UnknownForm(InboxError):
+    status = 500
+    code = "unknown_form"
+
+
+def task_form(*, task: Task) -> Form:
+    """Return the form of the task's stage; raise if the process no longer defines it."""
+    form = form_for(process_name=task.process_name, process_version=task.process_version,
+                    form_name=task.form)
+    if form is None:
+        raise UnknownForm(
+            f"The form {task.form!r} of {task.process_name} v{task.process_version} is not "
+            "known here; deploy that process version."
+        )
+    return form
 
 
 def my_tasks(*, user: User) -> QuerySet[Task]:

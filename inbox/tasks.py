@@ -1,25 +1,103 @@
-"""Celery tasks of the inbox: each takes ids, calls one service, and is enqueued on commit."""
+"""Celery tasks of the inbox: each takes ids, calls one service, and returns its outcome.
 
-from inbox.tasks_callbacks import callback_send_task, outbox_drain_task
-from inbox.tasks_clocks import (
-    deadlines_sweep_task,
-    executions_check_task,
-    heartbeats_task,
-    notify_task,
-)
-from inbox.tasks_dispatch import dispatch_pending_task, dispatch_task
-from inbox.tasks_intake import intake_poll_task
-from inbox.tasks_timeline import execution_timeline_task
+Thin entry points, enqueued by name (inbox.effects) after the change that needs them
+commits, or run by beat (config/settings.py CELERY_BEAT_SCHEDULE). They import the
+services; no service imports them.
+"""
 
-__all__ = [
-    "callback_send_task",
-    "deadlines_sweep_task",
-    "dispatch_pending_task",
-    "dispatch_task",
-    "execution_timeline_task",
-    "executions_check_task",
-    "heartbeats_task",
-    "intake_poll_task",
-    "notify_task",
-    "outbox_drain_task",
-]
+import logging
+
+from celery import shared_task
+
+from inbox.notifications import notify
+from inbox.services.callback import callback_send, outbox_drain
+from inbox.services.clock import deadlines_sweep, executions_check, heartbeats_send
+from inbox.services.dispatcher import dispatch_pending, task_dispatch
+from inbox.services.intake import intake_poll_once
+from inbox.timeline import timeline_refresh
+
+logger = logging.getLogger(__name__)
+
+
+# Callbacks ------------------------------------------------------------------------------
+
+
+@shared_task
+def callback_send_task(outbox_id: int) -> str:
+    """Send one outbox row (enqueued on commit by the transition that wrote it).
+
+    A row that must wait (backoff, no SendTask capacity) is not rescheduled here: it keeps
+    its next_attempt_at, and outbox_drain_task sends it when it is due.
+    """
+    return callback_send(outbox_id=outbox_id)
+
+
+@shared_task
+def outbox_drain_task() -> int:
+    """Send the due rows nobody sent: retries and lost enqueues (Celery beat, every 5 s)."""
+    handled = outbox_drain()
+    if handled:
+        logger.info("Outbox drain handled %d callback(s)", handled)
+    return handled
+
+
+# Clocks ---------------------------------------------------------------------------------
+
+
+@shared_task(ignore_result=True)
+def deadlines_sweep_task() -> dict[str, int]:
+    """Apply the due offer, work and overall timeouts."""
+    return deadlines_sweep()
+
+
+@shared_task(ignore_result=True)
+def heartbeats_task() -> dict[str, int]:
+    """Send the due heartbeats of open tasks whose stage has HeartbeatSeconds."""
+    return heartbeats_send()
+
+
+@shared_task(ignore_result=True)
+def executions_check_task() -> dict[str, int]:
+    """Cancel open tasks whose execution ended upstream."""
+    return executions_check()
+
+
+# Offers and notices ---------------------------------------------------------------------
+
+
+@shared_task(ignore_result=True)
+def dispatch_task(task_id: str) -> None:
+    """Offer one queued push-queue task to the best eligible worker."""
+    task_dispatch(task_id=task_id)
+
+
+@shared_task(ignore_result=True)
+def dispatch_pending_task() -> int:
+    """Offer queued push-queue tasks nobody had been available for; bounded per run."""
+    return dispatch_pending()
+
+
+@shared_task(ignore_result=True, autoretry_for=(OSError,), retry_backoff=True, max_retries=5)
+def notify_task(kind: str, task_id: str) -> int:
+    """Send one notification e-mail (retried when the mail server does not answer)."""
+    return notify(kind=kind, task_id=task_id)
+
+
+# Intake and the timeline ----------------------------------------------------------------
+
+
+@shared_task(ignore_result=True)
+def intake_poll_task() -> dict[str, int] | None:
+    """Poll the intake queue once, unless another poller holds the lock; return the counts."""
+    return intake_poll_once()
+
+
+@shared_task(ignore_result=True)
+def execution_timeline_task(execution_arn: str) -> str:
+    """Read the execution's history and store its timeline (enqueued by the task page).
+
+    A failed read is stored and shown on the page, not retried here: the next page load
+    after the timeline goes stale asks again.
+    """
+    row = timeline_refresh(execution_arn=execution_arn)
+    return "failed" if row.error_code else "read"

@@ -19,6 +19,7 @@ from django.utils.dateparse import parse_datetime
 from kombu.exceptions import OperationalError
 
 from config.errors import ExternalServiceError
+from inbox.effects import enqueue
 from inbox.models import ExecutionTimeline
 from inbox.redaction import redact
 from inbox.templatetags.inbox_pages import span_text
@@ -172,15 +173,13 @@ def timeline_request(*, execution_arn: str) -> bool:
 
     Raises kombu's OperationalError when the broker cannot be reached.
     """
-    from inbox.tasks_timeline import execution_timeline_task
-
     key = "inbox:timeline:" + hashlib.sha256(execution_arn.encode()).hexdigest()
     # Every supervisor's page load and poll asks; the first one in LOCK_SECONDS enqueues.
     if not cache.add(key, 1, timeout=LOCK_SECONDS):
         return False
     try:
         # Enqueued at once, not on commit: the refresh reads nothing this request writes.
-        execution_timeline_task.delay(execution_arn)
+        enqueue("inbox.tasks.execution_timeline_task", execution_arn)
     except OperationalError:
         cache.delete(key)  # The next page load tries again.
         raise

@@ -1,7 +1,8 @@
 """Reviewer pages: my queues, take next, a task and every action on it.
 
 Each view calls one service or selector of the inbox (the same ones the worker API
-calls); none changes a task any other way. Every POST goes through Django's CSRF check.
+calls; inbox.page_actions gives the actions their one shape); none changes a task any
+other way. Every POST goes through Django's CSRF check.
 """
 
 from typing import Any
@@ -15,11 +16,19 @@ from django.views.decorators.http import require_http_methods, require_POST, req
 from accounts.models import Dispatch
 from accounts.selectors import user_roles
 from config.errors import Conflict, NotFound
-from inbox import dispatch, services
 from inbox.answer_form import answer_from_post, bound_fields
+from inbox.lifecycle import transition_problem
 from inbox.models import Task, TaskState
-from inbox.page_actions import posted_version, refused
-from inbox.selectors import access_task, my_queues, my_tasks, task_history
+from inbox.page_actions import posted_version, refused, task_action, to_home
+from inbox.selectors import (
+    UnknownForm,
+    access_task,
+    my_queues,
+    my_tasks,
+    task_form,
+    task_history,
+)
+from inbox.services import worker
 from inbox.views_supervisor import supervisor_panel, timeline_panel
 from processes.forms import FormInvalid
 
@@ -46,9 +55,9 @@ def home(request: HttpRequest) -> HttpResponse:
 def take_next(request: HttpRequest) -> HttpResponse:
     """Take the next task of the user's pull queues (or of one queue) and open it."""
     try:
-        task = dispatch.task_take_next(worker=request.user,
-                                       skill=request.POST.get("skill") or None)
-    except dispatch.NothingToTake:
+        task = worker.task_take_next(worker=request.user,
+                                     skill=request.POST.get("skill") or None)
+    except worker.NothingToTake:
         messages.info(request, NOTHING_WAITING)
         return redirect("inbox:home")
     except Conflict as exc:
@@ -63,18 +72,34 @@ def task_detail(request: HttpRequest, task_id: UUID) -> HttpResponse:
     return task_page(request, _visible_task(request, task_id))
 
 
-@require_POST
-def task_complete(request: HttpRequest, task_id: UUID) -> HttpResponse:
+def _open_next(request: HttpRequest, task: Task) -> HttpResponse:
+    """Open the next task after a decision: a new one from the queues, else one already held.
+
+    A push-queue worker has no queue to take from; their next task is the next offer.
+    """
+    try:
+        task = worker.task_take_next(worker=request.user)
+    except (worker.NothingToTake, Conflict):
+        held = my_tasks(user=request.user).first()
+        if held is not None:
+            return redirect("inbox:task", task_id=held.pk)
+        messages.info(request, NOTHING_WAITING)
+        return redirect("inbox:home")
+    return redirect("inbox:task", task_id=task.pk)
+
+
+@task_action(done="Completed: {task.title}.", then=_open_next)
+def task_complete(request: HttpRequest, task_id: UUID) -> Task | HttpResponse:
     """Complete the held task with the posted answer, then open the next task.
 
     A bad answer changes nothing: the page comes back with each error at its field.
     """
     task = _visible_task(request, task_id)
     try:
-        form = services.task_form(task=task)
+        form = task_form(task=task)
         answer = answer_from_post(form, request.POST)
-        services.task_complete(worker=request.user, task_id=task.pk, answer=answer,
-                               expected_version=posted_version(request))
+        return worker.task_complete(worker=request.user, task_id=task.pk, answer=answer,
+                                    expected_version=posted_version(request))
     except FormInvalid as exc:
         problems = "; ".join(
             f"{(form.field(name).label if form.field(name) else name)}: {message}"
@@ -82,10 +107,13 @@ def task_complete(request: HttpRequest, task_id: UUID) -> HttpResponse:
         )
         messages.error(request, f"The answer needs another look. {problems}.")
         return task_page(request, task, values=answer, errors=exc.errors, status=400)
-    except (Conflict, NotFound, services.UnknownForm) as exc:
-        return refused(request, task, exc)
-    messages.success(request, f"Completed: {task.title}.")
-    return _open_next(request)
+
+
+@task_action(done="Rejected: {task.title}.", then=_open_next)
+def _reject(request: HttpRequest, task_id: UUID) -> Task:
+    return worker.task_reject(worker=request.user, task_id=task_id,
+                              reason=request.POST.get("reason", ""),
+                              expected_version=posted_version(request))
 
 
 @require_http_methods(["GET", "HEAD", "POST"])
@@ -97,54 +125,36 @@ def task_reject(request: HttpRequest, task_id: UUID) -> HttpResponse:
     """
     if request.method != "POST":
         return _reason_page(request, task_id, kind="reject")
-    task = _visible_task(request, task_id)
-    try:
-        services.task_reject(worker=request.user, task_id=task.pk,
-                             reason=request.POST.get("reason", ""),
-                             expected_version=posted_version(request))
-    except (Conflict, NotFound) as exc:
-        return refused(request, task, exc)
-    messages.success(request, f"Rejected: {task.title}.")
-    return _open_next(request)
+    return _reject(request, task_id)
 
 
-@require_POST
-def task_release(request: HttpRequest, task_id: UUID) -> HttpResponse:
+@task_action(done="Released: {task.title}. It is back in its queue.", then=to_home)
+def task_release(request: HttpRequest, task_id: UUID) -> Task:
     """Give the held task back to its queue and go home (taking next would take it again)."""
-    task = _visible_task(request, task_id)
-    try:
-        dispatch.task_release(worker=request.user, task_id=task.pk,
-                              reason=request.POST.get("reason", ""),
-                              expected_version=posted_version(request))
-    except (Conflict, NotFound) as exc:
-        return refused(request, task, exc)
-    messages.success(request, f"Released: {task.title}. It is back in its queue.")
-    return redirect("inbox:home")
+    return worker.task_release(worker=request.user, task_id=task_id,
+                               reason=request.POST.get("reason", ""),
+                               expected_version=posted_version(request))
 
 
-@require_POST
-def task_claim(request: HttpRequest, task_id: UUID) -> HttpResponse:
+@task_action()
+def task_claim(request: HttpRequest, task_id: UUID) -> Task:
     """Take this queued task of a pull queue and open it."""
-    task = _visible_task(request, task_id)
-    try:
-        dispatch.task_claim(worker=request.user, task_id=task.pk,
-                            expected_version=posted_version(request))
-    except (Conflict, NotFound) as exc:
-        return refused(request, task, exc)
-    return redirect("inbox:task", task_id=task.pk)
-
-
-@require_POST
-def task_accept(request: HttpRequest, task_id: UUID) -> HttpResponse:
-    """Accept the offer and open the task to work on it."""
-    task = _visible_task(request, task_id)
-    try:
-        dispatch.task_accept(worker=request.user, task_id=task.pk,
+    return worker.task_claim(worker=request.user, task_id=task_id,
                              expected_version=posted_version(request))
-    except (Conflict, NotFound) as exc:
-        return refused(request, task, exc)
-    messages.success(request, "Accepted. The work clock is running.")
-    return redirect("inbox:task", task_id=task.pk)
+
+
+@task_action(done="Accepted. The work clock is running.")
+def task_accept(request: HttpRequest, task_id: UUID) -> Task:
+    """Accept the offer and open the task to work on it."""
+    return worker.task_accept(worker=request.user, task_id=task_id,
+                              expected_version=posted_version(request))
+
+
+@task_action(done="Declined: {task.title}. It will be offered to someone else.", then=to_home)
+def _decline(request: HttpRequest, task_id: UUID) -> Task:
+    return worker.task_decline(worker=request.user, task_id=task_id,
+                               reason=request.POST.get("reason", ""),
+                               expected_version=posted_version(request))
 
 
 @require_http_methods(["GET", "HEAD", "POST"])
@@ -155,39 +165,20 @@ def task_decline(request: HttpRequest, task_id: UUID) -> HttpResponse:
     """
     if request.method != "POST":
         return _reason_page(request, task_id, kind="decline")
-    task = _visible_task(request, task_id)
-    try:
-        dispatch.task_decline(worker=request.user, task_id=task.pk,
-                              reason=request.POST.get("reason", ""),
-                              expected_version=posted_version(request))
-    except (Conflict, NotFound) as exc:
-        return refused(request, task, exc)
-    messages.success(request, f"Declined: {task.title}. It will be offered to someone else.")
-    return redirect("inbox:home")
-
-
-# What each reason page asks for: the access it needs and the state the task must be in.
-_REASON_PAGES = {
-    "reject": {"access": "work", "state": TaskState.IN_PROGRESS},
-    "decline": {"access": "offer", "state": TaskState.OFFERED},
-}
+    return _decline(request, task_id)
 
 
 def _reason_page(request: HttpRequest, task_id: UUID, *, kind: str) -> HttpResponse:
     """Render the reject or decline reason form alone, for the task's holder.
 
     A task the user may not see is a 404; one they do not hold, or that is no longer in the
-    state the action needs, sends them to the task page with the reason, as a refused POST
-    does (inbox.page_actions.refused).
+    state the action needs, sends them to the task page with the reason the transition
+    would give, as a refused POST does (inbox.page_actions.refused).
     """
     task = _visible_task(request, task_id)
-    needs = _REASON_PAGES[kind]
-    try:
-        access_task(user=request.user, task_id=task.pk, action=needs["access"])
-        if task.state != needs["state"]:
-            raise Conflict(f"Cannot {kind} a task that is {task.get_state_display().lower()}.")
-    except (Conflict, NotFound) as exc:
-        return refused(request, task, exc)
+    problem = transition_problem(task=task, action=kind, actor=request.user)
+    if problem:
+        return refused(request, task.pk, Conflict(problem))
     return render(request, "inbox/task_reason.html", {"task": task, "kind": kind})
 
 
@@ -198,8 +189,8 @@ def task_page(request: HttpRequest, task: Task, *, values: dict[str, Any] | None
     working = mine and task.state == TaskState.IN_PROGRESS
     form = form_problem = None
     try:
-        form = services.task_form(task=task)
-    except services.UnknownForm as exc:
+        form = task_form(task=task)
+    except UnknownForm as exc:
         form_problem = exc.message
     return render(
         request,
@@ -242,19 +233,3 @@ def _visible_task(request: HttpRequest, task_id: UUID) -> Task:
         return access_task(user=request.user, task_id=task_id)
     except NotFound:
         raise Http404("No such task.") from None
-
-
-def _open_next(request: HttpRequest) -> HttpResponse:
-    """Open the next task after a decision: a new one from the queues, else one already held.
-
-    A push-queue worker has no queue to take from; their next task is the next offer.
-    """
-    try:
-        task = dispatch.task_take_next(worker=request.user)
-    except (dispatch.NothingToTake, Conflict):
-        held = my_tasks(user=request.user).first()
-        if held is not None:
-            return redirect("inbox:task", task_id=held.pk)
-        messages.info(request, NOTHING_WAITING)
-        return redirect("inbox:home")
-    return redirect("inbox:task", task_id=task.pk)

@@ -1,7 +1,8 @@
 """Supervisor pages: the board, and the supervisor actions on a task, one by one and in bulk.
 
-Each action calls one service of inbox.supervision (the same ones the supervisor API
-calls); none changes a task any other way. Every POST goes through Django's CSRF check.
+Each action calls one service of inbox.services.supervisor (the same ones the supervisor
+API calls; inbox.page_actions gives them their one shape); none changes a task any other
+way. Every POST goes through Django's CSRF check.
 """
 
 from typing import Any
@@ -18,10 +19,11 @@ from django.views.decorators.http import require_POST, require_safe
 
 from accounts.models import User
 from config.errors import InboxError, NotFound
-from inbox import board, supervision, timeline
+from inbox import board, timeline
 from inbox.models import OPEN_STATES, Task, TaskState
-from inbox.page_actions import posted_version, refused
+from inbox.page_actions import posted_version, task_action
 from inbox.selectors import access_task, visible_tasks
+from inbox.services import supervisor
 
 BULK_MAX = 500
 BULK_ACTIONS = {
@@ -69,7 +71,7 @@ def supervisor_board(request: HttpRequest) -> HttpResponse:
             "ages": board.AGES,
             "workers": list(board.bulk_workers(skills=skills)),
             "bulk_actions": BULK_ACTIONS.items(),
-            "clocks": supervision.CLOCKS,
+            "clocks": supervisor.CLOCKS,
         },
     )
 
@@ -86,7 +88,7 @@ def supervisor_panel(request: HttpRequest, task: Task) -> dict[str, Any] | None:
         access_task(user=request.user, task_id=task.pk, action="manage")
     except NotFound:
         return None
-    running = [clock for clock in supervision.CLOCKS if _clock_running(task, clock)]
+    running = [clock for clock in supervisor.CLOCKS if _clock_running(task, clock)]
     return {"workers": list(board.eligible_workers(task=task)), "clocks": running}
 
 
@@ -118,63 +120,39 @@ def _timeline(task: Task) -> dict[str, Any]:
             "url": reverse("inbox:task-timeline", args=[task.pk])}
 
 
-@require_POST
-def task_reassign(request: HttpRequest, task_id: UUID) -> HttpResponse:
+@task_action(done="Reassigned to {task.assignee.email}: {task.title}.")
+def task_reassign(request: HttpRequest, task_id: UUID) -> Task:
     """Give the task to the chosen eligible worker."""
-    task = _managed_task(request, task_id)
-    try:
-        worker = _worker(request.POST.get("worker", ""))
-        supervision.task_reassign(supervisor=request.user, task_id=task.pk, worker=worker,
-                                  reason=request.POST.get("reason", ""),
-                                  expected_version=posted_version(request))
-    except InboxError as exc:
-        return refused(request, task, exc)
-    messages.success(request, f"Reassigned to {worker.email}: {task.title}.")
-    return redirect("inbox:task", task_id=task.pk)
+    return supervisor.task_reassign(supervisor=request.user, task_id=task_id,
+                                    worker=_worker(request.POST.get("worker", "")),
+                                    reason=request.POST.get("reason", ""),
+                                    expected_version=posted_version(request))
 
 
-@require_POST
-def task_return(request: HttpRequest, task_id: UUID) -> HttpResponse:
+@task_action(done="Returned to the queue: {task.title}.")
+def task_return(request: HttpRequest, task_id: UUID) -> Task:
     """Put the task back in its queue."""
-    task = _managed_task(request, task_id)
-    try:
-        supervision.task_return(supervisor=request.user, task_id=task.pk,
-                                reason=request.POST.get("reason", ""),
-                                expected_version=posted_version(request))
-    except InboxError as exc:
-        return refused(request, task, exc)
-    messages.success(request, f"Returned to the queue: {task.title}.")
-    return redirect("inbox:task", task_id=task.pk)
-
-
-@require_POST
-def task_extend(request: HttpRequest, task_id: UUID) -> HttpResponse:
-    """Move one of the task's running clocks later by the posted minutes."""
-    task = _managed_task(request, task_id)
-    clock = request.POST.get("clock", "")
-    try:
-        supervision.task_extend(supervisor=request.user, task_id=task.pk, clock=clock,
-                                seconds=_minutes(request) * 60,
-                                reason=request.POST.get("reason", ""),
-                                expected_version=posted_version(request))
-    except InboxError as exc:
-        return refused(request, task, exc)
-    messages.success(request, f"Extended the {clock} clock: {task.title}.")
-    return redirect("inbox:task", task_id=task.pk)
-
-
-@require_POST
-def task_abort(request: HttpRequest, task_id: UUID) -> HttpResponse:
-    """Abort the task: its execution hears it timed out, with the reason."""
-    task = _managed_task(request, task_id)
-    try:
-        supervision.task_abort_by(supervisor=request.user, task_id=task.pk,
+    return supervisor.task_return(supervisor=request.user, task_id=task_id,
                                   reason=request.POST.get("reason", ""),
                                   expected_version=posted_version(request))
-    except InboxError as exc:
-        return refused(request, task, exc)
-    messages.success(request, f"Aborted: {task.title}.")
-    return redirect("inbox:task", task_id=task.pk)
+
+
+@task_action(done="Extended the {post[clock]} clock: {task.title}.")
+def task_extend(request: HttpRequest, task_id: UUID) -> Task:
+    """Move one of the task's running clocks later by the posted minutes."""
+    return supervisor.task_extend(supervisor=request.user, task_id=task_id,
+                                  clock=request.POST.get("clock", ""),
+                                  seconds=_minutes(request) * 60,
+                                  reason=request.POST.get("reason", ""),
+                                  expected_version=posted_version(request))
+
+
+@task_action(done="Aborted: {task.title}.")
+def task_abort(request: HttpRequest, task_id: UUID) -> Task:
+    """Abort the task: its execution hears it timed out, with the reason."""
+    return supervisor.task_abort(supervisor=request.user, task_id=task_id,
+                                 reason=request.POST.get("reason", ""),
+                                 expected_version=posted_version(request))
 
 
 @require_POST
@@ -201,7 +179,7 @@ def tasks_bulk(request: HttpRequest) -> HttpResponse:
     except InboxError as exc:
         messages.error(request, exc.message)
         return redirect(back)
-    outcomes = supervision.tasks_bulk(supervisor=request.user, task_ids=ids, action=service,
+    outcomes = supervisor.tasks_bulk(supervisor=request.user, task_ids=ids, action=service,
                                       reason=request.POST.get("reason", ""), **arguments)
     titles = _titles(request, ids)
     done = [titles.get(task_id, task_id) for task_id, outcome in outcomes.items()
@@ -218,13 +196,13 @@ def tasks_bulk(request: HttpRequest) -> HttpResponse:
 def _bulk_action(request: HttpRequest, action: str) -> tuple[Any, dict[str, Any]]:
     """Return the service of the bulk action and its arguments besides the reason."""
     if action == "reassign":
-        return supervision.task_reassign, {"worker": _worker(request.POST.get("worker", ""))}
+        return supervisor.task_reassign, {"worker": _worker(request.POST.get("worker", ""))}
     if action == "extend":
-        return supervision.task_extend, {"clock": request.POST.get("clock", ""),
-                                         "seconds": _minutes(request) * 60}
+        return supervisor.task_extend, {"clock": request.POST.get("clock", ""),
+                                        "seconds": _minutes(request) * 60}
     if action == "return":
-        return supervision.task_return, {}
-    return supervision.task_abort_by, {}
+        return supervisor.task_return, {}
+    return supervisor.task_abort, {}
 
 
 def _titles(request: HttpRequest, ids: list[str]) -> dict[str, str]:

@@ -132,7 +132,7 @@ def check_skill(db):
 @pytest.fixture
 def make_task(db, review_skill):
     """Return a function that brings a task in through the real intake path."""
-    from inbox.intake import intake_message
+    from inbox.services.intake import intake_message
 
     def make(**overrides: Any) -> Task:
         body = envelope(**overrides)

@@ -9,8 +9,8 @@ from accounts.models import Availability, Skill, User, WorkerSkill
 from accounts.roles import Role
 from accounts.services import worker_skill_set
 from accounts.views import PAGE_SIZE
-from inbox.intake import intake_message
 from inbox.models import IntakeError
+from inbox.services.intake import intake_message
 from processes import aws
 from processes.services import process_deploy
 from tests.factories import envelope, sqs_message

@@ -5,8 +5,9 @@ import re
 import pytest
 
 from accounts.roles import Role
-from inbox import dispatch
 from inbox.models import Task, TaskState
+from inbox.services.dispatcher import task_dispatch
+from inbox.services.worker import task_take_next
 from tests.browser import keyboard
 from tests.browser.keyboard import PASSWORD
 
@@ -150,7 +151,7 @@ def test_help_overlay_lists_the_shortcuts_and_lists_move_with_j_and_k(
     ana = make_worker({"invoice-review": 4}, email="ana@example.com", password=PASSWORD)
     make_task(title="Review invoice INV-8")
     make_task(title="Review invoice INV-9")
-    dispatch.task_take_next(worker=ana)
+    task_take_next(worker=ana)
     sign_in(page, "ana@example.com")
     screenshot(page, "reviewer-home")
 
@@ -197,7 +198,7 @@ def test_an_offer_is_accepted_with_a_and_another_declined_with_d(
     second = make_task(skill="document-check", stage="check", title="Check passport P-2",
                        form="acknowledge")
     for task in (first, second):
-        assert dispatch.task_dispatch(task_id=task.pk).assignee == cleo
+        assert task_dispatch(task_id=task.pk).assignee == cleo
     sign_in(page, "cleo@example.com")
     page.keyboard.press("j")
     page.keyboard.press("Enter")

@@ -6,8 +6,9 @@ import pytest
 from django.utils import timezone
 
 from accounts.roles import Role
-from inbox import deadlines, dispatch
 from inbox.models import Task, TaskState
+from inbox.services.clock import deadlines_sweep
+from inbox.services.worker import task_take_next
 from tests.browser import keyboard
 from tests.browser.keyboard import PASSWORD
 
@@ -39,10 +40,10 @@ def test_supervisor_sees_an_escalated_task_and_reassigns_it(
     bo = make_worker({"invoice-review": 2}, email="bo@example.com")
     for number in range(4):
         make_task(title=f"Review invoice INV-{number}", priority=40 + number)
-    dispatch.task_take_next(worker=bo)
+    task_take_next(worker=bo)
     stuck = make_task(title="Review invoice INV-99", onTimeout="escalate",
                       timeouts={"offer": 60, "work": 60, "overall": 60, "escalation": 600})
-    deadlines.deadlines_sweep(now=timezone.now() + datetime.timedelta(seconds=120))
+    deadlines_sweep(now=timezone.now() + datetime.timedelta(seconds=120))
     assert Task.objects.get(pk=stuck.pk).state == TaskState.ESCALATED
 
     page.clock.install()  # the board's 15 s refresh runs when the test moves the clock

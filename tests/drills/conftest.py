@@ -25,9 +25,9 @@ from django.db import connection
 from accounts.models import User
 from accounts.services import skill_ensure
 from config.celery import app as celery_app
-from inbox import lifecycle
-from inbox.intake import intake_message
-from inbox.models import Outbox, OutboxStatus, Task, TaskState
+from inbox.lifecycle import transition
+from inbox.models import Outbox, OutboxStatus, Task
+from inbox.services.intake import intake_message
 from processes import aws
 from tests.sfn import APPROVE, SMALL_INVOICE, invoice_machine_deploy, unique
 
@@ -96,9 +96,8 @@ def start_reviews(private_intake) -> Callable[[int], list[Review]]:
 
 def complete(review: Review, worker: User) -> Outbox:
     """Take and complete the review through the lifecycle, as the pages and API do."""
-    task = lifecycle.task_start(task=review.task, worker=worker, action="take",
-                                allowed_from=[TaskState.QUEUED])
-    lifecycle.task_complete(task=task, worker=worker, answer=APPROVE)
+    task = transition(task_id=review.task.pk, action="claim", actor=worker)
+    transition(task_id=task.pk, action="complete", actor=worker, answer=APPROVE)
     return Outbox.objects.get(task=review.task)
 
 

@@ -13,9 +13,9 @@ import uuid
 import pytest
 from rest_framework.test import APIClient
 
-from inbox import dispatch
-from inbox.intake import intake_message
 from inbox.models import IntakeError, Outbox, Task, TaskEvent
+from inbox.services.intake import intake_message
+from inbox.services.worker import task_take_next
 from tests.factories import envelope, sqs_message
 
 ACTIONS = ["claim", "accept", "decline", "release", "complete", "reject"]
@@ -46,7 +46,7 @@ def held(make_task, make_worker):
     holder = make_worker({"invoice-review": 3})
     other = make_worker({"invoice-review": 5})
     make_task()
-    return dispatch.task_take_next(worker=holder), holder, other
+    return task_take_next(worker=holder), holder, other
 
 
 # Intake ------------------------------------------------------------------------------------

@@ -10,8 +10,9 @@ import psycopg
 import pytest
 from django.db import InterfaceError, OperationalError, connection
 
-from inbox import dispatch, lifecycle, services
+from inbox import lifecycle
 from inbox.models import Outbox, Task, TaskEvent, TaskState
+from inbox.services.worker import task_complete, task_take_next
 from tests.drills.conftest import backend_pid
 
 APPROVE = {"decision": "approve", "comment": "fine"}
@@ -41,9 +42,9 @@ def test_a_connection_killed_mid_transition_leaves_nothing_half_applied(
 ):
     worker = make_worker({"invoice-review": 3})
     make_task()
-    task = dispatch.task_take_next(worker=worker)
+    task = task_take_next(worker=worker)
     before = _snapshot(task)
-    real_append = lifecycle.event_append
+    real_append = lifecycle._event_append
     killed: list[int] = []
 
     def append_then_die(**kwargs):
@@ -56,16 +57,16 @@ def test_a_connection_killed_mid_transition_leaves_nothing_half_applied(
             _terminate(killed[-1])
         return event
 
-    monkeypatch.setattr(lifecycle, "event_append", append_then_die)
+    monkeypatch.setattr(lifecycle, "_event_append", append_then_die)
     with pytest.raises((OperationalError, InterfaceError)):
-        services.task_complete(worker=worker, task_id=task.pk, answer=APPROVE,
+        task_complete(worker=worker, task_id=task.pk, answer=APPROVE,
                                expected_version=task.version)
-    monkeypatch.setattr(lifecycle, "event_append", real_append)
+    monkeypatch.setattr(lifecycle, "_event_append", real_append)
 
     connection.close()  # what Django does at the end of the failed request
     assert backend_pid() != killed[0]
     assert _snapshot(task) == before
-    done = services.task_complete(worker=worker, task_id=task.pk, answer=APPROVE,
+    done = task_complete(worker=worker, task_id=task.pk, answer=APPROVE,
                                   expected_version=task.version)
     assert (done.state, done.version) == (TaskState.COMPLETING, task.version + 1)
     assert Outbox.objects.filter(task=task).count() == 1

@@ -85,8 +85,8 @@ def test_a_push_task_released_while_redis_is_down_is_offered_again_later(
     make_task, make_worker, check_skill, web_on_private_redis
 ):
     """The release stands (HTTP 200); dispatch_pending_task (beat) offers the task later."""
-    from inbox.dispatch import task_dispatch
-    from inbox.tasks_dispatch import dispatch_pending_task
+    from inbox.services.dispatcher import task_dispatch
+    from inbox.tasks import dispatch_pending_task
 
     redis = web_on_private_redis
     worker = make_worker({"document-check": 3})
@@ -112,7 +112,7 @@ def test_an_offer_made_while_redis_is_down_stands_without_its_email(
     make_task, make_worker, check_skill, web_on_private_redis
 ):
     """The offer's notice cannot be queued; the offer itself is committed and stands."""
-    from inbox.dispatch import task_dispatch
+    from inbox.services.dispatcher import task_dispatch
 
     redis = web_on_private_redis
     worker = make_worker({"document-check": 3})

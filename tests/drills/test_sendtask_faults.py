@@ -9,7 +9,7 @@ their backoff, and no one-second window may grant more SendTask permits than the
 
 The on-commit enqueue is replaced by nothing (as if every enqueue were lost), so the
 drain, which the drill watches, does every send. Spies wrap (and call) the rate limit,
-the claim and the retry of ``inbox.callbacks`` to record what happened and when.
+the claim and the retry of ``inbox.services.callback`` to record what happened and when.
 """
 
 import datetime
@@ -21,9 +21,10 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from inbox import callbacks, lifecycle
-from inbox.callbacks import SendResult, outbox_drain
+from inbox import effects
 from inbox.models import Outbox, OutboxStatus
+from inbox.services import callback as callbacks
+from inbox.services.callback import SendResult, outbox_drain
 from inbox.tokens import token_decrypt
 from tests.concurrency import race
 from tests.drills.conftest import complete, task_outcomes
@@ -41,7 +42,7 @@ def test_every_callback_lands_once_through_half_failing_sendtask_calls(
     start_reviews, reviewer, settings, monkeypatch, figures
 ):
     reviews = start_reviews(TASKS)
-    monkeypatch.setattr(lifecycle, "_enqueue_callback", lambda outbox_id: None)
+    monkeypatch.setattr(effects, "enqueue", lambda name, *arguments: None)
     for review in reviews:
         complete(review, reviewer)
     settings.INBOX_SENDTASK_RATE = RATE

@@ -15,7 +15,7 @@ INBOX_CALLBACK_LEASE_SECONDS = int(os.environ.get("DRILL_CALLBACK_LEASE_SECONDS"
 INBOX_OUTBOX_DRAIN_GRACE_SECONDS = 1
 CELERY_BEAT_SCHEDULE = {
     "outbox-drain": {
-        "task": "inbox.tasks_callbacks.outbox_drain_task",
+        "task": "inbox.tasks.outbox_drain_task",
         "schedule": 1.0,
         "options": {"expires": 1},
     },

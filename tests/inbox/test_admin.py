@@ -1,5 +1,5 @@
-from inbox import dispatch, services
 from inbox.models import Outbox, OutboxStatus
+from inbox.services.worker import task_complete, task_take_next
 from inbox.tokens import token_decrypt
 
 
@@ -10,8 +10,8 @@ def test_admin_task_pages_show_history_and_never_the_token(client, make_user, ma
     admin = make_user(roles=(Role.ADMIN,))
     worker = make_worker({"invoice-review": 3})
     make_task()
-    task = dispatch.task_take_next(worker=worker)
-    services.task_complete(worker=worker, task_id=task.pk, answer={"decision": "approve"})
+    task = task_take_next(worker=worker)
+    task_complete(worker=worker, task_id=task.pk, answer={"decision": "approve"})
     token = token_decrypt(task.token_ciphertext)
     client.force_login(admin)
     pages = [client.get(path) for path in [
@@ -30,8 +30,8 @@ def test_admin_requeues_a_dead_callback(client, make_user, make_task, make_worke
     admin = make_user(roles=(Role.ADMIN,))
     worker = make_worker({"invoice-review": 3})
     make_task()
-    task = dispatch.task_take_next(worker=worker)
-    services.task_complete(worker=worker, task_id=task.pk, answer={"decision": "approve"})
+    task = task_take_next(worker=worker)
+    task_complete(worker=worker, task_id=task.pk, answer={"decision": "approve"})
     Outbox.objects.update(status=OutboxStatus.DEAD, last_error="gave up")
     client.force_login(admin)
     client.post("/admin/inbox/outbox/", {"action": "requeue",

@@ -1,8 +1,8 @@
 from rest_framework.test import APIClient
 
 from accounts.roles import Role
-from inbox import dispatch
 from inbox.models import Outbox, TaskState
+from inbox.services.worker import task_claim, task_release
 
 
 def _client(user) -> APIClient:
@@ -54,15 +54,15 @@ def test_bulk_reports_each_task_and_one_failure_does_not_stop_the_rest(make_task
     boss = make_worker({"invoice-review": 5}, roles=(Role.SUPERVISOR,))
     ana = make_worker({"invoice-review": 3})
     first, second = make_task(), make_task()
-    dispatch.task_claim(worker=ana, task_id=second.pk)
-    dispatch.task_release(worker=ana, task_id=second.pk)
+    task_claim(worker=ana, task_id=second.pk)
+    task_release(worker=ana, task_id=second.pk)
     aborted = _client(boss).post(
         "/api/inbox/supervisor/tasks/bulk/",
         {"action": "abort", "task_ids": [str(first.pk), str(second.pk)], "reason": "batch"},
         format="json").json()
     assert aborted["outcomes"] == {str(first.pk): "ok", str(second.pk): "ok"}
     third = make_task()
-    dispatch.task_claim(worker=ana, task_id=third.pk)
+    task_claim(worker=ana, task_id=third.pk)
     again = _client(boss).post(
         "/api/inbox/supervisor/tasks/bulk/",
         {"action": "return", "task_ids": [str(first.pk), str(third.pk)], "reason": "oops"},

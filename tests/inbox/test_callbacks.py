@@ -26,20 +26,20 @@ from django.utils import timezone
 
 from accounts.models import User
 from accounts.services import skill_ensure
-from inbox import lifecycle
 from inbox.callback_history import history_task_outcome
-from inbox.callbacks import (
+from inbox.lifecycle import transition
+from inbox.models import Outbox, OutboxKind, OutboxStatus, Task, TaskState
+from inbox.ratelimit import rate_take
+from inbox.services.admin import outbox_requeue
+from inbox.services.callback import (
     OUTPUT_MAX_BYTES,
     SendResult,
     backoff_seconds,
     callback_problem,
     callback_send,
     outbox_drain,
-    outbox_requeue,
 )
-from inbox.intake import intake_message
-from inbox.models import Outbox, OutboxKind, OutboxStatus, Task, TaskState
-from inbox.ratelimit import rate_take
+from inbox.services.intake import intake_message
 from processes import aws
 from tests.concurrency import race
 from tests.sfn import (
@@ -85,19 +85,18 @@ def _review(machine: str, invoice: dict | None = None) -> Review:
 
 
 def _taken(review: Review, worker: User) -> Task:
-    return lifecycle.task_start(task=review.task, worker=worker, action="take",
-                                allowed_from=[TaskState.QUEUED])
+    return transition(task_id=review.task.pk, action="claim", actor=worker)
 
 
 def _complete(review: Review, worker: User, answer: dict | None = None) -> Outbox:
     task = _taken(review, worker)
-    lifecycle.task_complete(task=task, worker=worker, answer=answer or APPROVE)
+    transition(task_id=task.pk, action="complete", actor=worker, answer=answer or APPROVE)
     return Outbox.objects.get(task=review.task)
 
 
 def _reject(review: Review, worker: User, reason: str = "wrong supplier") -> Outbox:
     task = _taken(review, worker)
-    lifecycle.task_reject(task=task, worker=worker, reason=reason)
+    transition(task_id=task.pk, action="reject", actor=worker, reason=reason)
     return Outbox.objects.get(task=review.task)
 
 
@@ -261,7 +260,7 @@ def test_of_eight_racing_senders_exactly_one_calls_step_functions(
 
     The on-commit enqueue is dropped (patched) so that the threads are the only senders.
     """
-    from inbox.tasks_callbacks import callback_send_task
+    from inbox.tasks import callback_send_task
 
     monkeypatch.setattr(callback_send_task, "delay", lambda *args, **kwargs: None)
     review = _review(invoice_machine)

@@ -24,15 +24,23 @@ from accounts.models import Availability
 from accounts.roles import Role
 from accounts.services import worker_set_availability, worker_set_capacity
 from config.errors import Conflict, NotFound
-from inbox import dispatch, services, supervision
-from inbox.callbacks import callback_send
-from inbox.deadlines import deadlines_sweep, executions_check, heartbeats_send
-from inbox.dispatch import REOFFER_COOLDOWN
-from inbox.intake import intake_poll
-from inbox.lifecycle import StaleVersion, task_cancel
+from inbox.board import supervised_tasks
+from inbox.lifecycle import StaleVersion, transition
 from inbox.models import Outbox, OutboxKind, Task, TaskEvent, TaskPass, TaskState
 from inbox.notifications import notify
-from inbox.timeouts import task_overall_timeout
+from inbox.services import supervisor as supervisor_service
+from inbox.services.callback import callback_send
+from inbox.services.clock import deadlines_sweep, executions_check, heartbeats_send, overall_timeout
+from inbox.services.dispatcher import REOFFER_COOLDOWN, task_dispatch
+from inbox.services.intake import intake_poll
+from inbox.services.supervisor import (
+    task_abort,
+    task_extend,
+    task_reassign,
+    task_return,
+    tasks_bulk,
+)
+from inbox.services.worker import task_accept, task_claim, task_complete, task_take_next
 from processes import aws
 from processes.services import process_deploy, process_start
 from tests.concurrency import race
@@ -163,11 +171,11 @@ def test_an_offer_starts_the_offer_clock_and_accepting_starts_the_work_clock(
     worker = make_worker({"document-check": 3})
     task = make_task(skill="document-check", timeouts=SHORT)
     offered_at = clock.advance(seconds=5)
-    offered = dispatch.task_dispatch(task_id=task.pk)
+    offered = task_dispatch(task_id=task.pk)
     assert offered.offer_deadline == offered_at + _seconds(seconds=60)
     assert offered.work_deadline is None
     accepted_at = clock.advance(seconds=20)
-    accepted = dispatch.task_accept(worker=worker, task_id=task.pk)
+    accepted = task_accept(worker=worker, task_id=task.pk)
     assert accepted.work_deadline == accepted_at + _seconds(seconds=600)
     assert accepted.offer_deadline is None
     assert accepted.overall_deadline == task.overall_deadline  # unchanged since intake
@@ -178,7 +186,7 @@ def test_taking_a_pull_task_starts_its_work_clock(clock, make_task, make_worker)
     worker = make_worker({"invoice-review": 3})
     make_task(timeouts=SHORT)
     taken_at = clock.advance(minutes=3)
-    taken = dispatch.task_take_next(worker=worker)
+    taken = task_take_next(worker=worker)
     assert taken.work_deadline == taken_at + _seconds(seconds=600)
 
 
@@ -187,10 +195,10 @@ def test_nothing_is_due_before_its_deadline_and_each_clock_fires_at_its_deadline
 ):
     """A sweep a second before a deadline changes nothing; at the deadline, that clock fires."""
     worker = make_worker({"invoice-review": 3, "document-check": 3})
-    offered = dispatch.task_dispatch(
+    offered = task_dispatch(
         task_id=make_task(skill="document-check", timeouts=SHORT).pk)
     make_task(timeouts=SHORT)
-    taken = dispatch.task_take_next(worker=worker)
+    taken = task_take_next(worker=worker)
     waiting = make_task(timeouts={"offer": 60, "work": 600, "overall": 1200})
     due = [
         (offered.offer_deadline, "offer", offered),
@@ -218,11 +226,11 @@ def test_sweeping_twice_for_the_same_due_set_applies_each_timeout_once(
     """A second sweep at the same moment finds nothing left to do: no event, no outbox row twice."""
     worker = make_worker({"invoice-review": 3, "document-check": 3})
     worker_set_capacity(worker=worker, capacity=20)
-    offered = [dispatch.task_dispatch(task_id=make_task(skill="document-check").pk)
+    offered = [task_dispatch(task_id=make_task(skill="document-check").pk)
                for _ in range(3)]
     for _ in range(3):
         make_task()
-    taken = [dispatch.task_take_next(worker=worker) for _ in range(3)]
+    taken = [task_take_next(worker=worker) for _ in range(3)]
     waiting = [make_task() for _ in range(3)]
     escalating = [make_task(**ESCALATING) for _ in range(2)]
     now = timezone.now() + _seconds(days=2)
@@ -255,11 +263,11 @@ def test_four_sweepers_at_once_apply_each_timeout_once(make_task, make_worker, c
     """
     worker = make_worker({"invoice-review": 3, "document-check": 3})
     worker_set_capacity(worker=worker, capacity=40)
-    offered = [dispatch.task_dispatch(task_id=make_task(skill="document-check").pk)
+    offered = [task_dispatch(task_id=make_task(skill="document-check").pk)
                for _ in range(12)]
     for _ in range(12):
         make_task()
-    taken = [dispatch.task_take_next(worker=worker) for _ in range(12)]
+    taken = [task_take_next(worker=worker) for _ in range(12)]
     waiting = [make_task() for _ in range(12)]
     escalating = [make_task(**ESCALATING) for _ in range(6)]
     assert {t.state for t in offered} == {TaskState.OFFERED}
@@ -305,7 +313,7 @@ def test_of_eight_racing_timeouts_for_one_seen_version_exactly_one_applies(make_
     task = make_task()
 
     def abort(_: int) -> Task:
-        return task_overall_timeout(task_id=task.pk, version=task.version)
+        return overall_timeout(task_id=task.pk, version=task.version)
 
     winners, errors = race(abort, range(8))
 
@@ -320,9 +328,9 @@ def test_a_timeout_for_a_version_that_has_moved_on_changes_nothing(make_task, ma
     worker = make_worker({"invoice-review": 3})
     task = make_task()
     seen = task.version
-    dispatch.task_take_next(worker=worker)
+    task_take_next(worker=worker)
     with pytest.raises(StaleVersion):
-        task_overall_timeout(task_id=task.pk, version=seen)
+        overall_timeout(task_id=task.pk, version=seen)
     assert _fresh(task).state == TaskState.IN_PROGRESS
     assert not Outbox.objects.exists()
 
@@ -369,7 +377,7 @@ def test_push_task_nobody_accepts_is_offered_to_a_second_worker_after_its_offer_
         deadlines_sweep(now=task.offer_deadline + _seconds(seconds=1))
     task = _fresh(task)
     assert (task.state, task.assignee) == (TaskState.QUEUED, None)
-    assert dispatch.task_dispatch(task_id=task.pk) is None
+    assert task_dispatch(task_id=task.pk) is None
 
 
 def test_a_worker_who_let_an_offer_lapse_is_offered_it_again_only_after_the_cool_down(
@@ -377,15 +385,15 @@ def test_a_worker_who_let_an_offer_lapse_is_offered_it_again_only_after_the_cool
 ):
     """Alone in the queue, the lapser waits REOFFER_COOLDOWN; then the task is theirs again."""
     only = make_worker({"document-check": 3})
-    task = dispatch.task_dispatch(task_id=make_task(skill="document-check", timeouts=SHORT).pk)
+    task = task_dispatch(task_id=make_task(skill="document-check", timeouts=SHORT).pk)
     lapsed_at = clock.advance(seconds=61)
     deadlines_sweep(now=lapsed_at)
     assert _fresh(task).state == TaskState.QUEUED
 
     clock.now = lapsed_at + REOFFER_COOLDOWN - _seconds(seconds=1)
-    assert dispatch.task_dispatch(task_id=task.pk) is None
+    assert task_dispatch(task_id=task.pk) is None
     clock.now = lapsed_at + REOFFER_COOLDOWN + _seconds(seconds=1)
-    offered = dispatch.task_dispatch(task_id=task.pk)
+    offered = task_dispatch(task_id=task.pk)
     assert (offered.state, offered.assignee) == (TaskState.OFFERED, only)
 
 
@@ -394,12 +402,12 @@ def test_after_the_cool_down_a_worker_who_never_lapsed_comes_first(
 ):
     """The cool-down lets a lapser back in, behind anyone who has not let the task lapse."""
     lapser = make_worker({"document-check": 3})
-    task = dispatch.task_dispatch(task_id=make_task(skill="document-check", timeouts=SHORT).pk)
+    task = task_dispatch(task_id=make_task(skill="document-check", timeouts=SHORT).pk)
     assert task.assignee == lapser
     deadlines_sweep(now=clock.advance(seconds=61))
     clock.advance(seconds=REOFFER_COOLDOWN.total_seconds() + 1)
     newcomer = make_worker({"document-check": 1})
-    assert dispatch.task_dispatch(task_id=task.pk).assignee == newcomer
+    assert task_dispatch(task_id=task.pk).assignee == newcomer
 
 
 def test_letting_an_offer_lapse_again_restarts_the_cool_down(
@@ -407,18 +415,18 @@ def test_letting_an_offer_lapse_again_restarts_the_cool_down(
 ):
     """A second lapse counts from the second lapse, not from the first one."""
     only = make_worker({"document-check": 3})
-    task = dispatch.task_dispatch(task_id=make_task(skill="document-check", timeouts=SHORT).pk)
+    task = task_dispatch(task_id=make_task(skill="document-check", timeouts=SHORT).pk)
     deadlines_sweep(now=clock.advance(seconds=61))
     clock.advance(seconds=REOFFER_COOLDOWN.total_seconds() + 1)
-    again = dispatch.task_dispatch(task_id=task.pk)
+    again = task_dispatch(task_id=task.pk)
     assert again.assignee == only
 
     second_lapse = clock.advance(seconds=61)
     assert deadlines_sweep(now=second_lapse)["offer"] == 1
     clock.advance(seconds=1)
-    assert dispatch.task_dispatch(task_id=task.pk) is None
+    assert task_dispatch(task_id=task.pk) is None
     clock.now = second_lapse + REOFFER_COOLDOWN + _seconds(seconds=1)
-    assert dispatch.task_dispatch(task_id=task.pk).assignee == only
+    assert task_dispatch(task_id=task.pk).assignee == only
 
 
 def test_an_away_worker_is_not_offered_the_task_after_a_lapse(make_task, make_worker,
@@ -427,12 +435,12 @@ def test_an_away_worker_is_not_offered_the_task_after_a_lapse(make_task, make_wo
     ana = make_worker({"document-check": 3})
     ben = make_worker({"document-check": 3})
     worker_set_availability(worker=ben, availability=Availability.AWAY)
-    task = dispatch.task_dispatch(task_id=make_task(skill="document-check").pk)
+    task = task_dispatch(task_id=make_task(skill="document-check").pk)
     assert task.assignee == ana
     deadlines_sweep(now=task.offer_deadline + _seconds(seconds=1))
-    assert dispatch.task_dispatch(task_id=task.pk) is None
+    assert task_dispatch(task_id=task.pk) is None
     worker_set_availability(worker=ben, availability=Availability.AVAILABLE)
-    assert dispatch.task_dispatch(task_id=task.pk).assignee == ben
+    assert task_dispatch(task_id=task.pk).assignee == ben
 
 
 # Work timeout -------------------------------------------------------------------------------
@@ -445,7 +453,7 @@ def test_taken_task_nobody_finishes_returns_to_the_queue_after_its_work_timeout(
     ana = make_worker({"invoice-review": 3})
     ben = make_worker({"invoice-review": 3})
     make_task(timeouts=SHORT)
-    task = dispatch.task_take_next(worker=ana)
+    task = task_take_next(worker=ana)
 
     assert _nothing_handled(deadlines_sweep(now=task.work_deadline - _seconds(seconds=1)))
     assert deadlines_sweep(now=task.work_deadline + _seconds(seconds=1))["work"] == 1
@@ -456,7 +464,7 @@ def test_taken_task_nobody_finishes_returns_to_the_queue_after_its_work_timeout(
     assert (event.action, event.from_state, event.to_state, event.actor_label) == (
         "work_timeout", "in_progress", "queued", "clock")
     assert "work clock ran out" in event.reason
-    assert dispatch.task_take_next(worker=ben).pk == task.pk
+    assert task_take_next(worker=ben).pk == task.pk
 
 
 # Overall timeout: abort ---------------------------------------------------------------------
@@ -469,7 +477,7 @@ def test_overall_timeout_with_the_default_policy_writes_a_timed_out_callback(
     worker = make_worker({"invoice-review": 3})
     worker_set_capacity(worker=worker, capacity=1)
     make_task()
-    task = dispatch.task_take_next(worker=worker)
+    task = task_take_next(worker=worker)
     assert task.on_timeout == "abort"
 
     assert deadlines_sweep(now=task.overall_deadline + _seconds(seconds=1))["overall"] == 1
@@ -483,7 +491,7 @@ def test_overall_timeout_with_the_default_policy_writes_a_timed_out_callback(
     assert outbox.cause == "The overall clock ran out (24 h)."
     # The worker no longer holds it: it does not count against their capacity.
     make_task()
-    assert dispatch.task_take_next(worker=worker).state == TaskState.IN_PROGRESS
+    assert task_take_next(worker=worker).state == TaskState.IN_PROGRESS
 
 
 @pytest.mark.emulator
@@ -523,7 +531,7 @@ def test_escalate_policy_hands_the_task_to_the_supervisors_of_its_skill(
                              email="other-boss@example.com")
     ana = make_worker({"invoice-review": 3}, email="ana@example.com")
     make_task(title="Review invoice INV-5", **ESCALATING)
-    task = dispatch.task_take_next(worker=ana)
+    task = task_take_next(worker=ana)
     now = task.overall_deadline + _seconds(seconds=1)
 
     with django_capture_on_commit_callbacks(execute=True):
@@ -536,9 +544,9 @@ def test_escalate_policy_hands_the_task_to_the_supervisors_of_its_skill(
     assert not Outbox.objects.filter(task=task).exists()
     assert [(m.to, m.subject) for m in mail.outbox] == [
         (["boss@example.com"], "Escalated: Review invoice INV-5")]
-    assert list(supervision.supervised_tasks(supervisor=boss, escalated=True)) == [task]
-    assert list(supervision.supervised_tasks(supervisor=boss, overdue=True)) == [task]
-    assert not supervision.supervised_tasks(supervisor=other_boss, escalated=True).exists()
+    assert list(supervised_tasks(supervisor=boss, escalated=True)) == [task]
+    assert list(supervised_tasks(supervisor=boss, overdue=True)) == [task]
+    assert not supervised_tasks(supervisor=other_boss, escalated=True).exists()
 
 
 def test_a_supervisor_reassigns_an_escalated_task_and_the_new_worker_completes_it(
@@ -550,7 +558,7 @@ def test_a_supervisor_reassigns_an_escalated_task_and_the_new_worker_completes_i
     deadlines_sweep(now=task.overall_deadline + _seconds(seconds=1))
     escalated = _fresh(task)
 
-    reassigned = supervision.task_reassign(supervisor=boss, task_id=task.pk, worker=cleo,
+    reassigned = task_reassign(supervisor=boss, task_id=task.pk, worker=cleo,
                                            reason="Cleo knows this supplier")
     assert (reassigned.state, reassigned.assignee) == (TaskState.IN_PROGRESS, cleo)
     assert reassigned.work_deadline is not None
@@ -559,7 +567,7 @@ def test_a_supervisor_reassigns_an_escalated_task_and_the_new_worker_completes_i
     assert (event.action, event.actor, event.reason, event.data) == (
         "reassign", boss, "Cleo knows this supplier", {"worker": "cleo@example.com"})
 
-    done = services.task_complete(worker=cleo, task_id=task.pk, answer=APPROVE)
+    done = task_complete(worker=cleo, task_id=task.pk, answer=APPROVE)
     assert done.state == TaskState.COMPLETING
     assert Outbox.objects.get(task=task).output["answer"] == APPROVE
 
@@ -576,8 +584,8 @@ def test_reassigning_to_an_ineligible_worker_is_a_conflict_that_says_why(
     approval = make_task(execution=review.execution_arn, stage="approval",
                          excludeWorkersOf=["review"], **ESCALATING)
     deadlines_sweep(now=approval.overall_deadline + _seconds(seconds=1))
-    dispatch.task_claim(worker=reviewer, task_id=review.pk)
-    dispatch.task_claim(worker=busy, task_id=make_task().pk)
+    task_claim(worker=reviewer, task_id=review.pk)
+    task_claim(worker=busy, task_id=make_task().pk)
     version = _fresh(approval).version
 
     refusals = {
@@ -588,7 +596,7 @@ def test_reassigning_to_an_ineligible_worker_is_a_conflict_that_says_why(
     }
     for worker, why in refusals.items():
         with pytest.raises(Conflict, match=why):
-            supervision.task_reassign(supervisor=boss, task_id=approval.pk, worker=worker,
+            task_reassign(supervisor=boss, task_id=approval.pk, worker=worker,
                                       reason="try")
     approval = _fresh(approval)
     assert (approval.state, approval.version) == (TaskState.ESCALATED, version)
@@ -623,9 +631,9 @@ def test_an_escalated_task_handled_but_unfinished_aborts_when_the_escalation_clo
     task = make_task(**ESCALATING)
     deadlines_sweep(now=task.overall_deadline + _seconds(seconds=1))
     if handling == "reassign":
-        supervision.task_reassign(supervisor=boss, task_id=task.pk, worker=cleo, reason="go")
+        task_reassign(supervisor=boss, task_id=task.pk, worker=cleo, reason="go")
     else:
-        supervision.task_return(supervisor=boss, task_id=task.pk, reason="anyone")
+        task_return(supervisor=boss, task_id=task.pk, reason="anyone")
     escalation_deadline = _fresh(task).overall_deadline
 
     deadlines_sweep(now=escalation_deadline + _seconds(seconds=1))
@@ -654,11 +662,11 @@ def test_document_check_escalates_and_a_reassigned_clerk_completes_it_on_the_emu
     assert deadlines_sweep(now=task.overall_deadline + _seconds(seconds=1))["overall"] == 1
     assert notify(kind="escalated", task_id=task.pk) == 1
     assert mail.outbox[-1].to == ["doc-boss@example.com"]
-    assert [t.pk for t in supervision.supervised_tasks(supervisor=boss, escalated=True)] == [
+    assert [t.pk for t in supervised_tasks(supervisor=boss, escalated=True)] == [
         task.pk]
-    supervision.task_reassign(supervisor=boss, task_id=task.pk, worker=clerk,
+    task_reassign(supervisor=boss, task_id=task.pk, worker=clerk,
                               reason="Clerk is back")
-    services.task_complete(worker=clerk, task_id=task.pk,
+    task_complete(worker=clerk, task_id=task.pk,
                            answer={"outcome": "valid", "expires_on": "2031-05-01"})
     assert callback_send(outbox_id=Outbox.objects.get(task=task).pk) == "sent"
 
@@ -675,8 +683,8 @@ def test_a_supervisor_returns_a_held_task_to_its_queue(make_task, make_worker, b
     """Back in the queue, free for anyone; the history names the supervisor and the reason."""
     ana = make_worker({"invoice-review": 3})
     make_task()
-    task = dispatch.task_take_next(worker=ana)
-    returned = supervision.task_return(supervisor=boss, task_id=task.pk, reason="Ana is ill")
+    task = task_take_next(worker=ana)
+    returned = task_return(supervisor=boss, task_id=task.pk, reason="Ana is ill")
     assert (returned.state, returned.assignee, returned.work_deadline) == (
         TaskState.QUEUED, None, None)
     event = _last_event(returned)
@@ -687,9 +695,9 @@ def test_a_supervisor_extends_each_running_clock(make_task, make_worker, boss, c
     """Extending moves the deadline by the seconds; the old deadline is then not due."""
     worker = make_worker({"invoice-review": 3, "document-check": 3})
     boss_of_checks = make_worker({"document-check": 1}, roles=(Role.SUPERVISOR,))
-    offered = dispatch.task_dispatch(task_id=make_task(skill="document-check").pk)
+    offered = task_dispatch(task_id=make_task(skill="document-check").pk)
     old = offered.offer_deadline
-    offered = supervision.task_extend(supervisor=boss_of_checks, task_id=offered.pk,
+    offered = task_extend(supervisor=boss_of_checks, task_id=offered.pk,
                                       clock="offer", seconds=600, reason="Ana is in a meeting")
     assert offered.offer_deadline == old + _seconds(seconds=600)
     assert _nothing_handled(deadlines_sweep(now=old + _seconds(seconds=1)))
@@ -698,11 +706,11 @@ def test_a_supervisor_extends_each_running_clock(make_task, make_worker, boss, c
         "extend_offer", {"seconds": 600}, "Ana is in a meeting")
 
     make_task()
-    held = dispatch.task_take_next(worker=worker)
+    held = task_take_next(worker=worker)
     old_work, old_overall = held.work_deadline, held.overall_deadline
-    held = supervision.task_extend(supervisor=boss, task_id=held.pk, clock="work",
+    held = task_extend(supervisor=boss, task_id=held.pk, clock="work",
                                    seconds=900, reason="long invoice")
-    held = supervision.task_extend(supervisor=boss, task_id=held.pk, clock="overall",
+    held = task_extend(supervisor=boss, task_id=held.pk, clock="overall",
                                    seconds=3600, reason="supplier on holiday")
     assert held.work_deadline == old_work + _seconds(seconds=900)
     assert held.overall_deadline == old_overall + _seconds(seconds=3600)
@@ -715,7 +723,7 @@ def test_extending_a_clock_that_is_not_running_is_a_conflict(make_task, make_wor
     task = make_task()
     for clock_name in ("offer", "work"):
         with pytest.raises(Conflict, match=f"The {clock_name} clock of this task is not running"):
-            supervision.task_extend(supervisor=boss, task_id=task.pk, clock=clock_name,
+            task_extend(supervisor=boss, task_id=task.pk, clock=clock_name,
                                     seconds=60, reason="more time")
     assert _fresh(task).version == 1 and _actions(task) == ["receive"]
 
@@ -731,18 +739,18 @@ def test_extending_never_puts_back_a_state_the_task_has_left(
     cleo = make_worker({"invoice-review": 2})
     task = make_task(**ESCALATING)
     deadlines_sweep(now=task.overall_deadline + _seconds(seconds=1))
-    real_access_task = supervision.access_task
+    real_access_task = supervisor_service.access_task
 
     def read_then_someone_reassigns(**kwargs):
         seen = real_access_task(**kwargs)
-        monkeypatch.setattr(supervision, "access_task", real_access_task)
-        supervision.task_reassign(supervisor=boss, task_id=seen.pk, worker=cleo,
+        monkeypatch.setattr(supervisor_service, "access_task", real_access_task)
+        task_reassign(supervisor=boss, task_id=seen.pk, worker=cleo,
                                   reason="Cleo takes it")
         return seen
 
-    monkeypatch.setattr(supervision, "access_task", read_then_someone_reassigns)
+    monkeypatch.setattr(supervisor_service, "access_task", read_then_someone_reassigns)
     with pytest.raises(Conflict, match="changed since you loaded it"):
-        supervision.task_extend(supervisor=boss, task_id=task.pk, clock="overall",
+        task_extend(supervisor=boss, task_id=task.pk, clock="overall",
                                 seconds=600, reason="more time")
     task = _fresh(task)
     assert (task.state, task.assignee) == (TaskState.IN_PROGRESS, cleo)
@@ -751,7 +759,7 @@ def test_extending_never_puts_back_a_state_the_task_has_left(
 def test_a_supervisor_aborts_with_a_reason_that_becomes_the_cause(make_task, boss):
     """Abort sends HumanTask.TimedOut with the supervisor's reason as the cause."""
     task = make_task()
-    aborted = supervision.task_abort_by(supervisor=boss, task_id=task.pk,
+    aborted = task_abort(supervisor=boss, task_id=task.pk,
                                         reason="Supplier went bankrupt")
     assert aborted.state == TaskState.ABORTING
     event = _last_event(aborted)
@@ -763,13 +771,13 @@ def test_a_supervisor_aborts_with_a_reason_that_becomes_the_cause(make_task, bos
 
 
 ACTIONS = {
-    "reassign": lambda boss, task, worker, reason: supervision.task_reassign(
+    "reassign": lambda boss, task, worker, reason: task_reassign(
         supervisor=boss, task_id=task.pk, worker=worker, reason=reason),
-    "return": lambda boss, task, worker, reason: supervision.task_return(
+    "return": lambda boss, task, worker, reason: task_return(
         supervisor=boss, task_id=task.pk, reason=reason),
-    "extend": lambda boss, task, worker, reason: supervision.task_extend(
+    "extend": lambda boss, task, worker, reason: task_extend(
         supervisor=boss, task_id=task.pk, clock="overall", seconds=60, reason=reason),
-    "abort": lambda boss, task, worker, reason: supervision.task_abort_by(
+    "abort": lambda boss, task, worker, reason: task_abort(
         supervisor=boss, task_id=task.pk, reason=reason),
 }
 
@@ -798,11 +806,11 @@ def test_a_worker_cannot_use_supervisor_actions(action, make_task, make_worker):
 def test_bulk_applies_an_action_to_each_task_and_reports_each_outcome(make_task, boss):
     """One task that cannot be changed does not stop the others; each gets its own outcome."""
     first, closed, last = make_task(), make_task(), make_task()
-    supervision.task_abort_by(supervisor=boss, task_id=closed.pk, reason="duplicate")
+    task_abort(supervisor=boss, task_id=closed.pk, reason="duplicate")
     missing = uuid.uuid4()
-    outcomes = supervision.tasks_bulk(
+    outcomes = tasks_bulk(
         supervisor=boss, task_ids=[first.pk, closed.pk, missing, "not-an-id", last.pk],
-        action=supervision.task_extend, clock="overall", seconds=3600, reason="audit week",
+        action=task_extend, clock="overall", seconds=3600, reason="audit week",
     )
     assert outcomes == {
         str(first.pk): "ok",
@@ -820,9 +828,9 @@ def test_bulk_return_of_a_selection(make_task, make_worker, boss):
     ana = make_worker({"invoice-review": 3})
     for _ in range(3):
         make_task()
-    held = [dispatch.task_take_next(worker=ana) for _ in range(3)]
-    outcomes = supervision.tasks_bulk(supervisor=boss, task_ids=[t.pk for t in held],
-                                      action=supervision.task_return, reason="Ana left")
+    held = [task_take_next(worker=ana) for _ in range(3)]
+    outcomes = tasks_bulk(supervisor=boss, task_ids=[t.pk for t in held],
+                                      action=task_return, reason="Ana left")
     assert set(outcomes.values()) == {"ok"}
     assert {_fresh(t).state for t in held} == {TaskState.QUEUED}
 
@@ -835,8 +843,8 @@ def test_an_offer_notice_for_an_offer_already_answered_is_not_sent(
 ):
     """The notice runs after commit, maybe late: an offer accepted meanwhile needs no mail."""
     ana = make_worker({"document-check": 3})
-    task = dispatch.task_dispatch(task_id=make_task(skill="document-check").pk)
-    dispatch.task_accept(worker=ana, task_id=task.pk)
+    task = task_dispatch(task_id=make_task(skill="document-check").pk)
+    task_accept(worker=ana, task_id=task.pk)
     assert notify(kind="offered", task_id=task.pk) == 0
     assert mail.outbox == []
 
@@ -846,7 +854,7 @@ def test_an_escalation_notice_for_a_task_already_handled_is_not_sent(make_task, 
     """Supervisors are not told of an escalation another supervisor has already dealt with."""
     task = make_task(**ESCALATING)
     deadlines_sweep(now=task.overall_deadline + _seconds(seconds=1))
-    supervision.task_return(supervisor=boss, task_id=task.pk, reason="back to the pool")
+    task_return(supervisor=boss, task_id=task.pk, reason="back to the pool")
     assert notify(kind="escalated", task_id=task.pk) == 0
     assert mail.outbox == []
 
@@ -854,7 +862,7 @@ def test_an_escalation_notice_for_a_task_already_handled_is_not_sent(make_task, 
 def test_an_offer_notice_names_the_offer_deadline(make_task, make_worker, check_skill):
     """The offered worker is told until when the task is reserved for them."""
     make_worker({"document-check": 3}, email="ana@example.com")
-    task = dispatch.task_dispatch(task_id=make_task(skill="document-check",
+    task = task_dispatch(task_id=make_task(skill="document-check",
                                                     title="Check passport P-1").pk)
     assert notify(kind="offered", task_id=task.pk) == 1
     sent = mail.outbox[0]
@@ -947,8 +955,8 @@ def test_closing_a_task_stops_its_heartbeats(make_task, boss):
     """Aborted or cancelled, a task has no next heartbeat and the sender passes it by."""
     aborted = make_task(heartbeatSeconds=30)
     cancelled = make_task(heartbeatSeconds=30)
-    supervision.task_abort_by(supervisor=boss, task_id=aborted.pk, reason="duplicate")
-    task_cancel(task_id=cancelled.pk, reason="execution gone")
+    task_abort(supervisor=boss, task_id=aborted.pk, reason="duplicate")
+    transition(task_id=cancelled.pk, action="cancel", reason="execution gone")
     assert _fresh(aborted).next_heartbeat_at is None
     assert _fresh(cancelled).next_heartbeat_at is None
     far = timezone.now() + _seconds(days=1)
@@ -987,12 +995,12 @@ def test_heartbeats_keep_a_worked_task_alive_and_stop_when_it_closes(
     ana = make_worker({"invoice-review": 3})
     execution_arn, task = _start_heartbeat_process(heartbeat=2)
     assert task.heartbeat_seconds == 2 and task.next_heartbeat_at is not None
-    dispatch.task_claim(worker=ana, task_id=task.pk)
+    task_claim(worker=ana, task_id=task.pk)
 
     assert _beat_for(seconds=6) >= 5
     assert aws.execution_describe(execution_arn=execution_arn)["status"] == "RUNNING"
 
-    services.task_complete(worker=ana, task_id=task.pk, answer=APPROVE)
+    task_complete(worker=ana, task_id=task.pk, answer=APPROVE)
     assert callback_send(outbox_id=Outbox.objects.get(task=task).pk) == "sent"
     assert execution_wait(execution_arn=execution_arn)["status"] == "SUCCEEDED"
     task = _fresh(task)

@@ -2,8 +2,8 @@ from collections import Counter
 
 import pytest
 
-from inbox import dispatch
 from inbox.models import Task, TaskEvent, TaskState
+from inbox.services.worker import NothingToTake, task_claim, task_take_next
 from tests.concurrency import race
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
@@ -22,8 +22,8 @@ def test_sixteen_takers_take_two_hundred_tasks_each_exactly_once(make_task, make
         taken = []
         while True:
             try:
-                taken.append(dispatch.task_take_next(worker=worker).pk)
-            except dispatch.NothingToTake:
+                taken.append(task_take_next(worker=worker).pk)
+            except NothingToTake:
                 return taken
 
     taken_by_each, errors = race(take_until_empty, takers)
@@ -41,7 +41,7 @@ def test_two_workers_claiming_one_task_exactly_one_wins(make_task, make_worker):
     racers = [make_worker({"invoice-review": 3}) for _ in range(8)]
 
     def claim(worker):
-        return dispatch.task_claim(worker=worker, task_id=task.pk).assignee_id
+        return task_claim(worker=worker, task_id=task.pk).assignee_id
 
     winners, errors = race(claim, racers)
     assert len(winners) == 1

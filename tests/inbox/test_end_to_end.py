@@ -13,9 +13,9 @@ import pytest
 from django.test import Client
 from rest_framework.test import APIClient
 
-from inbox.callbacks import callback_send
-from inbox.intake import intake_poll
 from inbox.models import Outbox, OutboxStatus, Task, TaskState
+from inbox.services.callback import callback_send
+from inbox.services.intake import intake_poll
 from inbox.tokens import token_decrypt
 from processes.services import process_deploy, process_start
 from tests.sfn import execution_wait, unique

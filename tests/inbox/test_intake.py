@@ -21,12 +21,12 @@ from django.utils import timezone
 
 from accounts.roles import Role
 from accounts.services import skill_ensure
-from inbox import intake as intake_module
-from inbox import tasks_intake
-from inbox.intake import intake_message, intake_poll, intake_redrive
 from inbox.lifecycle import GENESIS_HASH
 from inbox.models import IntakeError, ProcessFailure, Task, TaskEvent, TaskState
-from inbox.tasks_intake import LOCK_KEY, intake_poll_task
+from inbox.services import intake as intake_module
+from inbox.services.admin import intake_redrive
+from inbox.services.intake import intake_message, intake_poll
+from inbox.tasks import intake_poll_task
 from inbox.tokens import token_decrypt, token_digest
 from processes import aws
 from processes.services import process_deploy, process_start
@@ -409,16 +409,16 @@ def test_a_refused_message_is_not_deleted(queues, review_skill):
 @pytest.mark.django_db(transaction=True)
 def test_an_unexpected_error_is_recorded_and_the_batch_goes_on(queues, review_skill,
                                                                 monkeypatch):
-    """A failure no local service can produce is injected by patching the event append."""
+    """A failure no local service can produce is injected by patching the task's creation."""
     doomed = envelope()
-    original = intake_module.event_append
+    original = intake_module.task_receive
 
-    def event_append(*, task: Task, **kwargs: Any) -> TaskEvent:
-        if task.execution_arn == doomed["execution"]:
+    def task_receive(**fields: Any) -> Task:
+        if fields["execution_arn"] == doomed["execution"]:
             raise ValueError(f"boom near {doomed['taskToken']}")
-        return original(task=task, **kwargs)
+        return original(**fields)
 
-    monkeypatch.setattr(intake_module, "event_append", event_append)
+    monkeypatch.setattr(intake_module, "task_receive", task_receive)
     others = [envelope(), envelope()]
     _send(queues, others[0])
     doomed_id = _send(queues, doomed)
@@ -494,14 +494,14 @@ def test_no_log_record_of_the_intake_holds_a_token(queues, review_skill, make_us
     make_user(roles=(Role.ADMIN,))
     valid, refused, failing = envelope(), envelope(priority=500), envelope()
     tokens = [valid["taskToken"], refused["taskToken"], failing["taskToken"], str(uuid.uuid4())]
-    original = intake_module.event_append
+    original = intake_module.task_receive
 
-    def event_append(*, task: Task, **kwargs: Any) -> TaskEvent:
-        if task.execution_arn == failing["execution"]:
+    def task_receive(**fields: Any) -> Task:
+        if fields["execution_arn"] == failing["execution"]:
             raise RuntimeError(f"taskToken={failing['taskToken']} {failing['taskToken']}")
-        return original(task=task, **kwargs)
+        return original(**fields)
 
-    monkeypatch.setattr(intake_module, "event_append", event_append)
+    monkeypatch.setattr(intake_module, "task_receive", task_receive)
     for body in (valid, valid, refused, failing):
         _send(queues, body)
     _send(queues, {"kind": "process-failure/v1", "execution": valid["execution"],
@@ -530,30 +530,30 @@ def test_no_log_record_of_the_intake_holds_a_token(queues, review_skill, make_us
 def test_poll_task_skips_while_another_poller_holds_the_lock(monkeypatch):
     """intake_poll is replaced by a recorder: the lock is what is under test."""
     calls: list[int] = []
-    monkeypatch.setattr(tasks_intake, "intake_poll", lambda: calls.append(1) or {"created": 2})
-    cache.delete(LOCK_KEY)
-    cache.add(LOCK_KEY, "another-poller", timeout=60)
+    monkeypatch.setattr(intake_module, "intake_poll", lambda: calls.append(1) or {"created": 2})
+    cache.delete(intake_module.POLL_LOCK_KEY)
+    cache.add(intake_module.POLL_LOCK_KEY, "another-poller", timeout=60)
     try:
         assert intake_poll_task() is None
         assert calls == []
     finally:
-        cache.delete(LOCK_KEY)
+        cache.delete(intake_module.POLL_LOCK_KEY)
 
     assert intake_poll_task() == {"created": 2}
     assert calls == [1]
-    assert cache.get(LOCK_KEY) is None
+    assert cache.get(intake_module.POLL_LOCK_KEY) is None
 
 
 def test_poll_task_releases_the_lock_when_the_poll_fails(monkeypatch):
     def fail() -> dict[str, int]:
         raise RuntimeError("SQS is down")
 
-    monkeypatch.setattr(tasks_intake, "intake_poll", fail)
-    cache.delete(LOCK_KEY)
+    monkeypatch.setattr(intake_module, "intake_poll", fail)
+    cache.delete(intake_module.POLL_LOCK_KEY)
 
     with pytest.raises(RuntimeError):
         intake_poll_task()
-    assert cache.get(LOCK_KEY) is None
+    assert cache.get(intake_module.POLL_LOCK_KEY) is None
 
 
 @pytest.mark.emulator
@@ -663,8 +663,8 @@ stages:
 
 def test_escalate_without_an_escalation_clock_is_refused(db, review_skill):
     """An escalating stage must say how long the supervisors have."""
-    from inbox.intake import intake_message
     from inbox.models import IntakeError
+    from inbox.services.intake import intake_message
     from tests.factories import envelope, sqs_message
 
     outcome = intake_message(message=sqs_message(envelope(onTimeout="escalate")))

@@ -2,9 +2,19 @@ import pytest
 from django.db import DatabaseError, connection, transaction
 
 from config.errors import Conflict, NotFound
-from inbox import dispatch, lifecycle, services
+from inbox import lifecycle
 from inbox.models import Outbox, OutboxKind, TaskEvent, TaskState
 from inbox.selectors import access_task
+from inbox.services.dispatcher import task_dispatch
+from inbox.services.worker import (
+    task_accept,
+    task_claim,
+    task_complete,
+    task_decline,
+    task_reject,
+    task_release,
+    task_take_next,
+)
 from processes.forms import FormInvalid
 
 
@@ -13,7 +23,7 @@ def test_take_next_gives_highest_priority_then_oldest(make_task, make_worker):
     low = make_task(priority=10)
     old = make_task(priority=60)
     new = make_task(priority=60)
-    taken = [dispatch.task_take_next(worker=worker) for _ in range(2)]
+    taken = [task_take_next(worker=worker) for _ in range(2)]
     assert [t.pk for t in taken] == [old.pk, new.pk]
     assert all(t.state == TaskState.IN_PROGRESS and t.assignee == worker for t in taken)
     assert low.pk not in [t.pk for t in taken]
@@ -23,7 +33,7 @@ def test_take_next_respects_proficiency(make_task, make_worker):
     novice = make_worker({"invoice-review": 1})
     make_task(minProficiency=4)
     with pytest.raises(NotFound, match="Nothing is waiting"):
-        dispatch.task_take_next(worker=novice)
+        task_take_next(worker=novice)
 
 
 def test_take_next_respects_capacity(make_task, make_worker):
@@ -31,9 +41,9 @@ def test_take_next_respects_capacity(make_task, make_worker):
     worker.capacity = 1
     worker.save()
     make_task(), make_task()
-    dispatch.task_take_next(worker=worker)
+    task_take_next(worker=worker)
     with pytest.raises(Conflict, match="capacity is 1"):
-        dispatch.task_take_next(worker=worker)
+        task_take_next(worker=worker)
 
 
 
@@ -45,7 +55,7 @@ def test_take_next_reads_and_locks_its_task_once(make_task, make_worker, transac
     worker = make_worker({"invoice-review": 3})
     task = make_task()
     with CaptureQueriesContext(connection) as queries:
-        taken = dispatch.task_take_next(worker=worker)
+        taken = task_take_next(worker=worker)
 
     task_reads = [q["sql"] for q in queries.captured_queries
                   if q["sql"].startswith("SELECT") and 'FROM "inbox_task"' in q["sql"]
@@ -62,14 +72,13 @@ def test_a_transition_on_a_locked_row_needs_the_transaction_that_locked_it(make_
                                                                            transactional_db):
     task = make_task()
     with pytest.raises(RuntimeError, match="needs the transaction"):
-        lifecycle.transition(task_id=task.pk, action="take_next", allowed_from=["queued"],
-                             to_state="in_progress", locked=task)
+        lifecycle.transition(task_id=task.pk, action="take_next", locked=task)
 
 def test_every_transition_is_recorded_with_a_chained_hash(make_task, make_worker):
     worker = make_worker({"invoice-review": 3})
     task = make_task()
-    task = dispatch.task_take_next(worker=worker)
-    task = dispatch.task_release(worker=worker, task_id=task.pk, reason="lunch")
+    task = task_take_next(worker=worker)
+    task = task_release(worker=worker, task_id=task.pk, reason="lunch")
     events = list(TaskEvent.objects.filter(task=task).order_by("version"))
     assert [(e.version, e.action, e.from_state, e.to_state) for e in events] == [
         (1, "receive", "", "queued"),
@@ -106,7 +115,7 @@ def test_the_database_refuses_to_change_or_delete_an_event(make_task):
 def test_a_tampered_event_is_found(make_task, make_worker):
     worker = make_worker({"invoice-review": 3})
     make_task()
-    task = dispatch.task_take_next(worker=worker)
+    task = task_take_next(worker=worker)
     tamper(TaskEvent.objects.filter(task=task, version=1), reason="edited later")
     assert lifecycle.events_verify(task=task) == (
         "event v1 (receive) was altered after it was written")
@@ -115,9 +124,9 @@ def test_a_tampered_event_is_found(make_task, make_worker):
 def test_complete_validates_the_answer_before_anything_changes(make_task, make_worker):
     worker = make_worker({"invoice-review": 3})
     make_task()
-    task = dispatch.task_take_next(worker=worker)
+    task = task_take_next(worker=worker)
     with pytest.raises(FormInvalid) as caught:
-        services.task_complete(worker=worker, task_id=task.pk, answer={"decision": "reject"})
+        task_complete(worker=worker, task_id=task.pk, answer={"decision": "reject"})
     assert caught.value.errors == {"comment": "required when decision is reject"}
     task.refresh_from_db()
     assert task.state == TaskState.IN_PROGRESS and not Outbox.objects.exists()
@@ -128,11 +137,11 @@ def test_complete_writes_one_outbox_row_and_a_retry_does_not_double_it(
 ):
     worker = make_worker({"invoice-review": 3})
     make_task()
-    task = dispatch.task_take_next(worker=worker)
+    task = task_take_next(worker=worker)
     with django_capture_on_commit_callbacks(execute=False) as callbacks:
-        done = services.task_complete(worker=worker, task_id=task.pk,
+        done = task_complete(worker=worker, task_id=task.pk,
                                       answer={"decision": "approve"})
-        again = services.task_complete(worker=worker, task_id=task.pk,
+        again = task_complete(worker=worker, task_id=task.pk,
                                        answer={"decision": "approve"})
     assert done.state == again.state == TaskState.COMPLETING
     outbox = Outbox.objects.get()
@@ -141,17 +150,17 @@ def test_complete_writes_one_outbox_row_and_a_retry_does_not_double_it(
     assert outbox.output["worker"] == str(worker.pk)
     assert len(callbacks) == 1
     with pytest.raises(Conflict, match="Cannot complete a task that is completing"):
-        services.task_complete(worker=worker, task_id=task.pk,
+        task_complete(worker=worker, task_id=task.pk,
                                answer={"decision": "reject", "comment": "changed my mind"})
 
 
 def test_reject_needs_a_reason_and_queues_a_failure(make_task, make_worker):
     worker = make_worker({"invoice-review": 3})
     make_task()
-    task = dispatch.task_take_next(worker=worker)
+    task = task_take_next(worker=worker)
     with pytest.raises(Conflict, match="Say why"):
-        services.task_reject(worker=worker, task_id=task.pk, reason="  ")
-    task = services.task_reject(worker=worker, task_id=task.pk, reason="not an invoice")
+        task_reject(worker=worker, task_id=task.pk, reason="  ")
+    task = task_reject(worker=worker, task_id=task.pk, reason="not an invoice")
     assert task.state == TaskState.REJECTING
     outbox = Outbox.objects.get(task=task)
     assert (outbox.kind, outbox.error, outbox.cause) == (
@@ -161,17 +170,17 @@ def test_reject_needs_a_reason_and_queues_a_failure(make_task, make_worker):
 def test_a_worker_who_does_not_hold_the_task_cannot_complete_it(make_task, make_worker):
     ana, ben = make_worker({"invoice-review": 3}), make_worker({"invoice-review": 3})
     make_task()
-    task = dispatch.task_take_next(worker=ana)
+    task = task_take_next(worker=ana)
     with pytest.raises(Conflict, match="You do not hold this task"):
-        services.task_complete(worker=ben, task_id=task.pk, answer={"decision": "approve"})
+        task_complete(worker=ben, task_id=task.pk, answer={"decision": "approve"})
 
 
 def test_a_stale_version_is_a_conflict(make_task, make_worker):
     worker = make_worker({"invoice-review": 3})
     task = make_task()
-    dispatch.task_claim(worker=worker, task_id=task.pk, expected_version=1)
+    task_claim(worker=worker, task_id=task.pk, expected_version=1)
     with pytest.raises(lifecycle.StaleVersion, match="your version 1, now 2"):
-        dispatch.task_release(worker=worker, task_id=task.pk, expected_version=1)
+        task_release(worker=worker, task_id=task.pk, expected_version=1)
 
 
 def test_a_worker_without_the_skill_cannot_see_the_task(make_task, make_worker, approval_skill):
@@ -180,21 +189,21 @@ def test_a_worker_without_the_skill_cannot_see_the_task(make_task, make_worker, 
     with pytest.raises(NotFound):
         access_task(user=outsider, task_id=task.pk)
     with pytest.raises(NotFound):
-        dispatch.task_claim(worker=outsider, task_id=task.pk)
+        task_claim(worker=outsider, task_id=task.pk)
 
 
 def test_separation_of_duties_excludes_the_reviewer(make_task, make_worker, approval_skill):
     both = make_worker({"invoice-review": 5, "finance-approval": 5})
     other = make_worker({"finance-approval": 5})
     review = make_task()
-    dispatch.task_claim(worker=both, task_id=review.pk)
+    task_claim(worker=both, task_id=review.pk)
     approval = make_task(execution=review.execution_arn, stage="approval",
                          skill="finance-approval", excludeWorkersOf=["review"])
     with pytest.raises(Conflict, match="Separation of duties"):
-        dispatch.task_claim(worker=both, task_id=approval.pk)
+        task_claim(worker=both, task_id=approval.pk)
     with pytest.raises(NotFound):
-        dispatch.task_take_next(worker=both, skill="finance-approval")
-    assert dispatch.task_take_next(worker=other, skill="finance-approval").pk == approval.pk
+        task_take_next(worker=both, skill="finance-approval")
+    assert task_take_next(worker=other, skill="finance-approval").pk == approval.pk
 
 
 def test_push_queue_offers_to_the_least_loaded_worker_and_accept(make_task, make_worker,
@@ -202,34 +211,34 @@ def test_push_queue_offers_to_the_least_loaded_worker_and_accept(make_task, make
     busy = make_worker({"document-check": 3})
     idle = make_worker({"document-check": 3})
     first = make_task(skill="document-check", stage="check")
-    assert dispatch.task_dispatch(task_id=first.pk).assignee == busy  # both idle: first made
+    assert task_dispatch(task_id=first.pk).assignee == busy  # both idle: first made
     second = make_task(skill="document-check", stage="check")
-    offered = dispatch.task_dispatch(task_id=second.pk)
+    offered = task_dispatch(task_id=second.pk)
     assert (offered.state, offered.assignee) == (TaskState.OFFERED, idle)
     assert offered.offer_deadline is not None
-    accepted = dispatch.task_accept(worker=offered.assignee, task_id=offered.pk)
+    accepted = task_accept(worker=offered.assignee, task_id=offered.pk)
     assert accepted.state == TaskState.IN_PROGRESS and accepted.work_deadline is not None
 
 
 def test_a_decliner_is_never_offered_the_task_again(make_task, make_worker, check_skill):
     only = make_worker({"document-check": 3})
     task = make_task(skill="document-check", stage="check")
-    offered = dispatch.task_dispatch(task_id=task.pk)
+    offered = task_dispatch(task_id=task.pk)
     assert offered.assignee == only
     with pytest.raises(Conflict, match="Say why you decline"):
-        dispatch.task_decline(worker=only, task_id=task.pk, reason="")
-    declined = dispatch.task_decline(worker=only, task_id=task.pk, reason="conflict of interest")
+        task_decline(worker=only, task_id=task.pk, reason="")
+    declined = task_decline(worker=only, task_id=task.pk, reason="conflict of interest")
     assert declined.state == TaskState.QUEUED and declined.assignee is None
-    assert dispatch.task_dispatch(task_id=task.pk) is None
+    assert task_dispatch(task_id=task.pk) is None
     newcomer = make_worker({"document-check": 1})
-    assert dispatch.task_dispatch(task_id=task.pk).assignee == newcomer
+    assert task_dispatch(task_id=task.pk).assignee == newcomer
 
 
 def test_pull_take_next_ignores_push_queues(make_task, make_worker, check_skill):
     worker = make_worker({"document-check": 5})
     make_task(skill="document-check", stage="check")
     with pytest.raises(NotFound, match="no skill with a pull queue"):
-        dispatch.task_take_next(worker=worker)
+        task_take_next(worker=worker)
 
 
 def test_history_verify_command_names_the_first_broken_link(make_task, make_worker):
@@ -239,7 +248,7 @@ def test_history_verify_command_names_the_first_broken_link(make_task, make_work
 
     worker = make_worker({"invoice-review": 3})
     good, bad = make_task(), make_task()
-    dispatch.task_claim(worker=worker, task_id=bad.pk)
+    task_claim(worker=worker, task_id=bad.pk)
     out = StringIO()
     call_command("history_verify", stdout=out)
     assert "Checked 2 task(s): 0 with a broken history." in out.getvalue()

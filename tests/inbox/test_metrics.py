@@ -21,10 +21,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from accounts.roles import Role
 from accounts.services import skill_ensure
-from inbox import services
-from inbox.callbacks import SendResult, callback_send
-from inbox.dispatch import task_take_next
 from inbox.models import Outbox, Task
+from inbox.services.callback import SendResult, callback_send
+from inbox.services.worker import task_complete, task_take_next
 from processes import aws
 
 TOKEN = "metrics-scraper-token-" + "x" * 24
@@ -112,7 +111,7 @@ def test_outbox_backlog_and_age_follow_pending_callbacks(private_intake, make_ta
     assert _value(before, "inbox_outbox_oldest_pending_seconds") == 0
     make_task()
     task = task_take_next(worker=reviewer)
-    services.task_complete(worker=reviewer, task_id=task.pk, answer=APPROVE)
+    task_complete(worker=reviewer, task_id=task.pk, answer=APPROVE)
     Outbox.objects.filter(task=task).update(
         created_at=timezone.now() - datetime.timedelta(minutes=10))
     samples = _scrape()
@@ -150,13 +149,13 @@ def test_callback_errors_are_counted_by_kind_across_processes_through_the_cache(
     before = _scrape()
     make_task()  # its token and execution are unknown to the emulator
     task = task_take_next(worker=reviewer)
-    services.task_complete(worker=reviewer, task_id=task.pk, answer=APPROVE)
+    task_complete(worker=reviewer, task_id=task.pk, answer=APPROVE)
     assert callback_send(outbox_id=Outbox.objects.get(task=task).pk) == SendResult.EXPIRED
 
     settings.INBOX_CALLBACK_MAX_ATTEMPTS = 1
     make_task()
     throttled = task_take_next(worker=reviewer)
-    services.task_complete(worker=reviewer, task_id=throttled.pk, answer=APPROVE)
+    task_complete(worker=reviewer, task_id=throttled.pk, answer=APPROVE)
 
     def throttle(**params):
         raise ClientError({"Error": {"Code": "ThrottlingException", "Message": "Rate exceeded"},

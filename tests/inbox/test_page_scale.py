@@ -21,8 +21,9 @@ from django.test.utils import CaptureQueriesContext
 
 from accounts.models import User
 from accounts.roles import Role
-from inbox import board, dispatch
+from inbox import board
 from inbox.models import OPEN_STATES, Task, TaskState
+from inbox.services.worker import task_take_next
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db]
 
@@ -144,7 +145,7 @@ def test_pages_make_the_same_queries_at_100000_open_tasks_and_page_from_indexes(
     One test, so the 100,000 rows are inserted once.
     """
     template = make_task(title="Review invoice INV-1")
-    held = dispatch.task_take_next(worker=scene["worker"])
+    held = task_take_next(worker=scene["worker"])
     assert held.pk == template.pk
     clients = scene["clients"]
 

@@ -7,8 +7,9 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
 from accounts.roles import Role
-from inbox import dispatch
 from inbox.models import Outbox, Task, TaskState
+from inbox.services.dispatcher import task_dispatch
+from inbox.services.worker import task_accept, task_claim, task_release, task_take_next
 from inbox.tokens import token_decrypt
 
 
@@ -28,7 +29,7 @@ def test_home_shows_queues_with_counts_the_oldest_wait_and_held_tasks(
 ):
     make_task(title="Review invoice INV-1")
     make_task(title="Review invoice INV-2")
-    taken = dispatch.task_take_next(worker=worker)
+    taken = task_take_next(worker=worker)
     page = browser_for(worker).get("/")
     assert page.status_code == 200
     html = page.content.decode()
@@ -55,7 +56,7 @@ def test_task_page_lays_out_input_form_clocks_and_history(make_task, worker, bro
         "address": {"city": "Graz", "lines": ["Hauptplatz 1", "8010"]},
         "paid": False,
     })
-    task = dispatch.task_take_next(worker=worker)
+    task = task_take_next(worker=worker)
     page = browser_for(worker).get(f"/tasks/{task.pk}/")
     assert page.status_code == 200
     html = page.content.decode()
@@ -78,7 +79,7 @@ def test_task_page_lays_out_input_form_clocks_and_history(make_task, worker, bro
 
 def test_a_token_named_key_in_the_input_is_never_shown(make_task, worker, browser_for):
     make_task(input={"invoice_id": "INV-8", "taskToken": "a-secret-in-the-input"})
-    task = dispatch.task_take_next(worker=worker)
+    task = task_take_next(worker=worker)
     html = browser_for(worker).get(f"/tasks/{task.pk}/").content.decode()
     assert "a-secret-in-the-input" not in html
     assert "(hidden)" in html
@@ -100,7 +101,7 @@ def test_a_task_you_may_not_see_is_404_for_every_page(make_task, make_worker, ap
 def test_others_see_a_held_task_read_only(make_task, worker, make_worker, make_user,
                                           browser_for):
     make_task()
-    task = dispatch.task_take_next(worker=worker)
+    task = task_take_next(worker=worker)
     colleague = make_worker({"invoice-review": 5})
     admin = make_user(roles=(Role.ADMIN,))
     for viewer in (colleague, admin):
@@ -140,7 +141,7 @@ def test_a_bad_answer_shows_the_error_at_the_field_and_changes_nothing(
     make_task, worker, browser_for
 ):
     make_task()
-    task = dispatch.task_take_next(worker=worker)
+    task = task_take_next(worker=worker)
     response = browser_for(worker).post(f"/tasks/{task.pk}/complete/",
                                         {"decision": "reject", "comment": "  ",
                                          "version": task.version})
@@ -165,7 +166,7 @@ def test_a_bad_answer_shows_the_error_at_the_field_and_changes_nothing(
 def test_complete_opens_the_next_task(make_task, worker, browser_for):
     make_task(title="first")
     make_task(title="second")
-    first = dispatch.task_take_next(worker=worker)
+    first = task_take_next(worker=worker)
     response = browser_for(worker).post(f"/tasks/{first.pk}/complete/",
                                         {"decision": "approve", "version": first.version},
                                         follow=True)
@@ -180,7 +181,7 @@ def test_complete_opens_the_next_task(make_task, worker, browser_for):
 
 def test_completing_the_last_task_goes_home_with_a_message(make_task, worker, browser_for):
     make_task()
-    task = dispatch.task_take_next(worker=worker)
+    task = task_take_next(worker=worker)
     response = browser_for(worker).post(f"/tasks/{task.pk}/complete/",
                                         {"decision": "approve", "version": task.version},
                                         follow=True)
@@ -192,7 +193,7 @@ def test_completing_the_last_task_goes_home_with_a_message(make_task, worker, br
 def test_reject_with_a_reason_opens_the_next_task(make_task, worker, browser_for):
     make_task(title="first")
     make_task(title="second")
-    first = dispatch.task_take_next(worker=worker)
+    first = task_take_next(worker=worker)
     response = browser_for(worker).post(f"/tasks/{first.pk}/reject/",
                                         {"reason": "Not an invoice", "version": first.version})
     second = held(worker)
@@ -203,7 +204,7 @@ def test_reject_with_a_reason_opens_the_next_task(make_task, worker, browser_for
 
 def test_reject_without_a_reason_is_refused_with_a_message(make_task, worker, browser_for):
     make_task()
-    task = dispatch.task_take_next(worker=worker)
+    task = task_take_next(worker=worker)
     response = browser_for(worker).post(f"/tasks/{task.pk}/reject/",
                                         {"reason": " ", "version": task.version}, follow=True)
     assert response.redirect_chain == [(f"/tasks/{task.pk}/", 302)]
@@ -214,7 +215,7 @@ def test_reject_without_a_reason_is_refused_with_a_message(make_task, worker, br
 
 def test_release_puts_the_task_back_and_goes_home(make_task, worker, browser_for):
     make_task()
-    task = dispatch.task_take_next(worker=worker)
+    task = task_take_next(worker=worker)
     response = browser_for(worker).post(f"/tasks/{task.pk}/release/",
                                         {"version": task.version}, follow=True)
     assert response.redirect_chain == [("/", 302)]
@@ -234,10 +235,10 @@ def test_claim_takes_a_queued_task_from_its_page(make_task, worker, browser_for)
 
 def test_a_stale_page_is_refused_and_changes_nothing(make_task, worker, browser_for):
     make_task()
-    task = dispatch.task_take_next(worker=worker)
+    task = task_take_next(worker=worker)
     client = browser_for(worker)
     client.post(f"/tasks/{task.pk}/release/", {"version": task.version})
-    dispatch.task_claim(worker=worker, task_id=task.pk)
+    task_claim(worker=worker, task_id=task.pk)
     response = client.post(f"/tasks/{task.pk}/complete/",
                            {"decision": "approve", "version": task.version}, follow=True)
     assert response.redirect_chain == [(f"/tasks/{task.pk}/", 302)]
@@ -249,7 +250,7 @@ def test_a_stale_page_is_refused_and_changes_nothing(make_task, worker, browser_
 def test_accept_an_offer_opens_it_to_work_on(make_task, make_worker, check_skill, browser_for):
     checker = make_worker({"document-check": 3})
     task = make_task(skill="document-check", stage="check")
-    offered = dispatch.task_dispatch(task_id=task.pk)
+    offered = task_dispatch(task_id=task.pk)
     assert offered.assignee == checker
     client = browser_for(checker)
     html = client.get(f"/tasks/{task.pk}/").content.decode()
@@ -266,7 +267,7 @@ def test_decline_an_offer_with_a_reason_goes_home(make_task, make_worker, check_
                                                    browser_for):
     checker = make_worker({"document-check": 3})
     task = make_task(skill="document-check", stage="check")
-    offered = dispatch.task_dispatch(task_id=task.pk)
+    offered = task_dispatch(task_id=task.pk)
     response = browser_for(checker).post(f"/tasks/{task.pk}/decline/",
                                          {"reason": "Conflict of interest",
                                           "version": offered.version}, follow=True)
@@ -283,8 +284,8 @@ def test_completing_a_push_task_opens_the_next_offer(make_task, make_worker, che
     first = make_task(skill="document-check", stage="check", form="acknowledge")
     second = make_task(skill="document-check", stage="check", form="acknowledge")
     for task in (first, second):
-        dispatch.task_dispatch(task_id=task.pk)
-    first = dispatch.task_accept(worker=checker, task_id=first.pk)
+        task_dispatch(task_id=task.pk)
+    first = task_accept(worker=checker, task_id=first.pk)
     response = browser_for(checker).post(f"/tasks/{first.pk}/complete/",
                                          {"done": "true", "version": first.version})
     assert response["Location"] == f"/tasks/{second.pk}/"
@@ -318,7 +319,7 @@ def test_no_page_shows_a_task_token(make_task, make_worker, make_user, check_ski
     for _ in range(4):
         make_task()
     offer = make_task(skill="document-check", stage="check")
-    dispatch.task_dispatch(task_id=offer.pk)
+    task_dispatch(task_id=offer.pk)
     client = browser_for(worker)
     pages = [client.post("/tasks/next/", follow=True)]
     for action, data in [("complete", {"decision": "approve"}), ("reject", {"reason": "no"}),
@@ -364,8 +365,8 @@ def test_pages_have_no_inline_script_or_style_and_send_the_csp(
     queued = make_task(input={"nested": {"list": [1, {"a": None}]}})
     make_task()
     offer = make_task(skill="document-check", stage="check")
-    dispatch.task_dispatch(task_id=offer.pk)
-    held_task = dispatch.task_take_next(worker=worker)
+    task_dispatch(task_id=offer.pk)
+    held_task = task_take_next(worker=worker)
     signed_in = browser_for(worker)
     pages = {
         "sign-in": client.get("/accounts/login/"),
@@ -421,17 +422,17 @@ def test_pages_use_a_bounded_number_of_queries_whatever_the_data(
     worker.save(update_fields=["capacity"])
     client = browser_for(worker)
     make_task()
-    first = dispatch.task_take_next(worker=worker)
+    first = task_take_next(worker=worker)
     home_small = queries_of(client, "/")
     task_small = queries_of(client, f"/tasks/{first.pk}/")
 
     for number in range(50):
         make_task(skill=["invoice-review", "finance-approval"][number % 2])
     for _ in range(20):
-        dispatch.task_take_next(worker=worker)
+        task_take_next(worker=worker)
     for _ in range(10):  # a long history: released and taken again
-        dispatch.task_release(worker=worker, task_id=first.pk)
-        dispatch.task_claim(worker=worker, task_id=first.pk)
+        task_release(worker=worker, task_id=first.pk)
+        task_claim(worker=worker, task_id=first.pk)
     assert Task.objects.count() == 51 and first.events.count() == 22
 
     with django_assert_max_num_queries(8):

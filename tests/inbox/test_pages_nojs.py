@@ -12,8 +12,9 @@ import pytest
 from django.test import Client
 
 from accounts.roles import Role
-from inbox import dispatch
 from inbox.models import Task, TaskState
+from inbox.services.dispatcher import task_dispatch
+from inbox.services.worker import task_claim, task_release, task_take_next
 from inbox.tokens import token_decrypt
 
 
@@ -83,7 +84,7 @@ def checker(make_worker, check_skill):
 
 def offered_to(checker, make_task) -> Task:
     task = make_task(skill="document-check", stage="check", title="Check passport P-1")
-    offered = dispatch.task_dispatch(task_id=task.pk)
+    offered = task_dispatch(task_id=task.pk)
     assert offered.assignee == checker and offered.state == TaskState.OFFERED
     return offered
 
@@ -94,7 +95,7 @@ def offered_to(checker, make_task) -> Task:
 def test_reject_link_opens_a_reason_page_whose_form_rejects_the_task(make_task, worker):
     make_task(title="first")
     make_task(title="second")
-    first = dispatch.task_take_next(worker=worker)
+    first = task_take_next(worker=worker)
     client = csrf_client(worker)
 
     href = link_to_dialog(controls(client.get(f"/tasks/{first.pk}/")), "reject-dialog")
@@ -120,7 +121,7 @@ def test_reject_link_opens_a_reason_page_whose_form_rejects_the_task(make_task, 
 
 def test_the_reject_page_refuses_a_post_without_its_csrf_token(make_task, worker):
     make_task()
-    task = dispatch.task_take_next(worker=worker)
+    task = task_take_next(worker=worker)
     response = csrf_client(worker).post(f"/tasks/{task.pk}/reject/",
                                         {"reason": "x", "version": task.version})
     assert response.status_code == 403
@@ -149,13 +150,13 @@ def test_decline_link_opens_a_reason_page_whose_form_declines_the_offer(make_tas
 def test_a_stale_reason_page_is_refused_and_changes_nothing(make_task, worker):
     """The reason page carries the version it showed, like the task page's dialog."""
     make_task()
-    task = dispatch.task_take_next(worker=worker)
+    task = task_take_next(worker=worker)
     client = csrf_client(worker)
     page = controls(client.get(f"/tasks/{task.pk}/reject/"))
     [form] = [f for f in page.forms if f.get("action") == f"/tasks/{task.pk}/reject/"]
     posted = {name: attrs.get("value") or "" for name, attrs in form["fields"].items()}
-    dispatch.task_release(worker=worker, task_id=task.pk)
-    dispatch.task_claim(worker=worker, task_id=task.pk)
+    task_release(worker=worker, task_id=task.pk)
+    task_claim(worker=worker, task_id=task.pk)
     response = client.post(f"/tasks/{task.pk}/reject/", {**posted, "reason": "late"},
                            follow=True)
     assert response.redirect_chain == [(f"/tasks/{task.pk}/", 302)]
@@ -179,7 +180,7 @@ def test_reason_pages_of_a_task_you_do_not_hold_send_you_to_the_task_saying_why(
 ):
     """As a refused POST does: the task page as it is now, with the reason as a message."""
     make_task()
-    held = dispatch.task_take_next(worker=worker)
+    held = task_take_next(worker=worker)
     colleague = browser_for(make_worker({"invoice-review": 5}))
     queued = make_task()
     offer = offered_to(checker, make_task)
@@ -206,7 +207,7 @@ def test_signed_out_visitors_of_a_reason_page_are_sent_to_sign_in(client, make_t
 
 def test_reason_pages_show_no_task_token(make_task, worker, checker):
     make_task()
-    held = dispatch.task_take_next(worker=worker)
+    held = task_take_next(worker=worker)
     offer = offered_to(checker, make_task)
     pages = [csrf_client(worker).get(f"/tasks/{held.pk}/reject/"),
              csrf_client(checker).get(f"/tasks/{offer.pk}/decline/")]
@@ -234,7 +235,7 @@ def test_no_page_shows_a_control_that_needs_javascript_unmarked(
                              roles=(Role.SUPERVISOR,))
     make_task()
     make_task()
-    held = dispatch.task_take_next(worker=worker)
+    held = task_take_next(worker=worker)
     offer = offered_to(checker, make_task)
     pages = {
         "held task": browser_for(worker).get(f"/tasks/{held.pk}/"),
@@ -273,7 +274,7 @@ def test_help_lists_the_shortcuts_of_the_page_it_is_on(make_task, worker, checke
                                                        make_worker, browser_for):
     supervisor = make_worker({"invoice-review": 3}, roles=(Role.SUPERVISOR,))
     make_task()
-    held = dispatch.task_take_next(worker=worker)
+    held = task_take_next(worker=worker)
     offer = offered_to(checker, make_task)
     everywhere = {"?", "Esc"}
 

@@ -8,8 +8,9 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from accounts.roles import Role
-from inbox import deadlines, dispatch
 from inbox.models import Task, TaskState
+from inbox.services.clock import deadlines_sweep
+from inbox.services.worker import task_claim, task_take_next
 from inbox.tokens import token_decrypt
 from tests.inbox.test_pages import InlineCode
 
@@ -26,7 +27,7 @@ def escalated_task(make_task) -> Task:
     """Bring in a task that escalates, and let its overall clock run out."""
     task = make_task(onTimeout="escalate",
                      timeouts={"offer": 60, "work": 60, "overall": 60, "escalation": 600})
-    deadlines.deadlines_sweep(now=timezone.now() + datetime.timedelta(seconds=120))
+    deadlines_sweep(now=timezone.now() + datetime.timedelta(seconds=120))
     task.refresh_from_db()
     assert task.state == TaskState.ESCALATED
     return task
@@ -40,7 +41,7 @@ def test_board_counts_each_supervised_skill_by_state(make_task, supervisor, work
     for _ in range(3):
         make_task()
     make_task(skill="finance-approval")
-    dispatch.task_take_next(worker=worker)
+    task_take_next(worker=worker)
     escalated_task(make_task)
     page = browser_for(supervisor).get("/supervisor/")
     assert page.status_code == 200
@@ -100,7 +101,7 @@ def test_the_list_filters_by_skill_state_process_assignee_and_age(
     queued = make_task()
     held = make_task(process={"name": "invoice-check", "version": 2})
     other_skill = make_task(skill="finance-approval")
-    dispatch.task_claim(worker=worker, task_id=held.pk)
+    task_claim(worker=worker, task_id=held.pk)
     assert set(board_ids(admin.get("/supervisor/?skill=invoice-review"))) == {
         str(queued.pk), str(held.pk)}
     assert board_ids(admin.get("/supervisor/?state=in_progress")) == [str(held.pk)]
@@ -164,14 +165,14 @@ def test_the_board_uses_the_same_bounded_number_of_queries_for_5_and_200_tasks(
     client = browser_for(supervisor)
     for _ in range(5):
         make_task()
-    dispatch.task_take_next(worker=worker)
+    task_take_next(worker=worker)
     with CaptureQueriesContext(connection) as small:
         assert client.get("/supervisor/").status_code == 200
     for number in range(195):
         make_task(skill=["invoice-review", "finance-approval"][number % 2],
                   process={"name": f"process-{number % 7}", "version": 1})
     for _ in range(30):
-        dispatch.task_take_next(worker=worker)
+        task_take_next(worker=worker)
     assert Task.objects.count() == 200
     with django_assert_max_num_queries(10):
         with CaptureQueriesContext(connection) as large:
@@ -216,7 +217,7 @@ def test_reassign_gives_the_task_to_the_chosen_worker(make_task, supervisor, wor
 def test_return_extend_and_abort_through_the_task_page(make_task, supervisor, worker,
                                                       browser_for):
     task = make_task()
-    dispatch.task_claim(worker=worker, task_id=task.pk)
+    task_claim(worker=worker, task_id=task.pk)
     client = browser_for(supervisor)
     task.refresh_from_db()
     before = task.work_deadline
@@ -265,7 +266,7 @@ def test_an_action_without_a_reason_or_on_a_stale_page_is_refused_with_a_message
 def test_bulk_shows_each_tasks_outcome(make_task, supervisor, worker, browser_for):
     held = make_task(title="Held one")
     queued = make_task(title="Queued one")
-    dispatch.task_claim(worker=worker, task_id=held.pk)
+    task_claim(worker=worker, task_id=held.pk)
     client = browser_for(supervisor)
     response = client.post("/supervisor/bulk/", {
         "action": "extend", "task": [held.pk, queued.pk], "clock": "work", "minutes": "10",
@@ -335,7 +336,7 @@ def test_no_supervisor_page_shows_a_task_token(make_task, make_user, supervisor,
     admin = make_user(roles=(Role.ADMIN,))
     make_task(input={"taskToken": "hidden", "invoice_id": "INV-1"})
     held = make_task()
-    dispatch.task_claim(worker=worker, task_id=held.pk)
+    task_claim(worker=worker, task_id=held.pk)
     escalated_task(make_task)
     pages = []
     for user in (supervisor, admin):

@@ -15,11 +15,12 @@ from pathlib import Path
 import pytest
 
 from accounts.roles import Role
-from inbox import dispatch, services, timeline
-from inbox.callbacks import callback_send
-from inbox.intake import intake_poll
+from inbox import timeline
 from inbox.models import ExecutionTimeline, Outbox, OutboxStatus, Task, TaskState
-from inbox.tasks_timeline import execution_timeline_task
+from inbox.services.callback import callback_send
+from inbox.services.intake import intake_poll
+from inbox.services.worker import task_complete, task_reject, task_take_next
+from inbox.tasks import execution_timeline_task
 from inbox.tokens import token_decrypt
 from processes import aws
 from processes.services import process_deploy, process_start
@@ -77,8 +78,8 @@ def test_timeline_lists_the_stages_passed_with_times_and_holds_no_token(
 ):
     review = _review_of_real_execution()
     token = token_decrypt(review.token_ciphertext)
-    dispatch.task_take_next(worker=worker)
-    services.task_complete(worker=worker, task_id=review.pk,
+    task_take_next(worker=worker)
+    task_complete(worker=worker, task_id=review.pk,
                            answer={"decision": "approve", "comment": "fine"})
     _send_callbacks()
     assert execution_wait(execution_arn=review.execution_arn)["status"] == "SUCCEEDED"
@@ -139,8 +140,8 @@ def test_a_rejected_stage_and_the_fail_state_show_as_failed(
 ):
     review = _review_of_real_execution()
     token = token_decrypt(review.token_ciphertext)
-    dispatch.task_take_next(worker=worker)
-    services.task_reject(worker=worker, task_id=review.pk, reason="not our supplier")
+    task_take_next(worker=worker)
+    task_reject(worker=worker, task_id=review.pk, reason="not our supplier")
     _send_callbacks()
     assert execution_wait(execution_arn=review.execution_arn)["status"] == "FAILED"
 

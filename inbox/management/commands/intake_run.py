@@ -5,7 +5,8 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from config.errors import ExternalServiceError
-from inbox.intake import intake_poll, intake_redrive
+from inbox.services.admin import intake_redrive
+from inbox.services.intake import intake_poll
 
 
 class Command(BaseCommand):

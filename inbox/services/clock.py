@@ -1,4 +1,4 @@
-"""The sweeper: find tasks whose clocks ran out and apply their timeouts.
+"""The clocks: the sweeper that applies timeouts, heartbeats, and upstream checks.
 
 Deadlines are indexed columns (partial indexes hold only running clocks), so a sweep
 costs what is due, not what is stored. Due rows are claimed with
@@ -19,28 +19,74 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from config.errors import Conflict, ExternalServiceError
-from inbox import lifecycle
-from inbox.models import CLOSED_STATES, Task, TaskState
-from inbox.timeouts import task_offer_lapse, task_overall_timeout, task_work_timeout
+from inbox.lifecycle import transition
+from inbox.models import CLOSED_STATES, OPEN_STATES, Task, TaskEvent, TaskState
 from inbox.tokens import token_decrypt
 from processes import aws
 
 logger = logging.getLogger(__name__)
 
 BATCH = 200
-RUNNING = [TaskState.QUEUED, TaskState.OFFERED, TaskState.IN_PROGRESS, TaskState.ESCALATED]
+ESCALATE = "escalate"
+
+
+# What happens when a clock runs out: each is conditioned on the state and version the
+# sweeper saw, so a task that changed meanwhile (accepted at the last moment, or handled
+# by another sweeper) is left alone: a handler run twice, or from two processes at once,
+# applies a timeout once.
+
+
+def offer_lapse(*, task_id: Any, version: int) -> Task:
+    """Withdraw an offer nobody answered; its worker is not offered the task again soon."""
+    return transition(
+        task_id=task_id, action="offer_timeout", expected_version=version,
+        reason="Nobody accepted the offer in time; it goes to the next worker.",
+    )
+
+
+def work_timeout(*, task_id: Any, version: int) -> Task:
+    """Take a task back from a worker who held it past its work clock."""
+    return transition(
+        task_id=task_id, action="work_timeout", expected_version=version,
+        reason="The work clock ran out before the task was finished; it is back in the queue.",
+    )
+
+
+def overall_timeout(*, task_id: Any, version: int,
+                    now: datetime.datetime | None = None) -> Task:
+    """Run the task's timeout policy: abort (tell Step Functions) or escalate once.
+
+    now is the moment the sweeper saw the clock run out; the escalation clock starts there.
+    """
+    task = Task.objects.get(pk=task_id)
+    # Once only: a task reassigned or returned after its escalation, and still open when
+    # the escalation clock runs out, is aborted, not escalated again.
+    escalated = TaskEvent.objects.filter(task_id=task_id, action=ESCALATE).exists()
+    if task.on_timeout == "escalate" and not escalated:
+        return transition(
+            task_id=task_id, action=ESCALATE, expected_version=version,
+            reason="The overall clock ran out; the supervisors have the escalation clock "
+                   "to act.",
+            since=now or timezone.now(),
+        )
+    reason = (
+        "The escalation clock ran out before the escalated task was finished." if escalated
+        else f"The overall clock ran out ({_duration(task)})."
+    )
+    return transition(task_id=task_id, action="overall_timeout", expected_version=version,
+                      reason=reason)
 
 
 def clock_queries(now: datetime.datetime) -> list[tuple[str, Q, str, Callable[..., Task]]]:
     """Return, per clock: its name, the due filter, the deadline column and the handler."""
     return [
         ("offer", Q(state=TaskState.OFFERED, offer_deadline__lte=now), "offer_deadline",
-         task_offer_lapse),
+         offer_lapse),
         ("work", Q(state=TaskState.IN_PROGRESS, work_deadline__lte=now), "work_deadline",
-         task_work_timeout),
+         work_timeout),
         # The escalation clock starts at this sweep's now, not at whatever time it is then.
-        ("overall", Q(state__in=RUNNING, overall_deadline__lte=now), "overall_deadline",
-         functools.partial(task_overall_timeout, now=now)),
+        ("overall", Q(state__in=OPEN_STATES, overall_deadline__lte=now), "overall_deadline",
+         functools.partial(overall_timeout, now=now)),
     ]
 
 
@@ -118,7 +164,7 @@ def heartbeats_send(*, batch: int = BATCH, now: datetime.datetime | None = None
 
 def _expire(task_id: Any, reason: str) -> None:
     try:
-        lifecycle.task_expire(task_id=task_id, reason=reason, system="heartbeats")
+        transition(task_id=task_id, action="expire", system="heartbeats", reason=reason)
     except Conflict:
         pass  # Closed meanwhile: nothing left to expire.
 
@@ -138,7 +184,7 @@ def executions_check(*, batch: int = 50, now: datetime.datetime | None = None) -
     # Streamed, and left as soon as batch executions are found: tasks of one execution
     # share it, so a few rows more than batch are read, never the whole table.
     for arn in (
-        Task.objects.filter(state__in=RUNNING)
+        Task.objects.filter(state__in=OPEN_STATES)
         .order_by(F("execution_checked_at").asc(nulls_first=True))
         .values_list("execution_arn", flat=True).iterator(chunk_size=batch * 2)
     ):
@@ -159,14 +205,24 @@ def executions_check(*, batch: int = 50, now: datetime.datetime | None = None) -
                 logger.warning("Checking execution %s failed: %s", arn, exc.message)
                 continue
             reason = "The execution no longer exists."
-        open_tasks = Task.objects.filter(execution_arn=arn, state__in=RUNNING)
+        open_tasks = Task.objects.filter(execution_arn=arn, state__in=OPEN_STATES)
         if not reason:
             open_tasks.update(execution_checked_at=now)
             continue
         for task_id in open_tasks.values_list("pk", flat=True):
             try:
-                lifecycle.task_cancel(task_id=task_id, reason=f"{reason} Nobody may work on it.")
+                transition(task_id=task_id, action="cancel",
+                           reason=f"{reason} Nobody may work on it.")
                 result["cancelled"] += 1
             except Conflict:
                 continue
     return result
+
+
+def _duration(task: Task) -> str:
+    seconds = task.overall_seconds
+    if seconds % 3600 == 0:
+        return f"{seconds // 3600} h"
+    if seconds % 60 == 0:
+        return f"{seconds // 60} min"
+    return f"{seconds} s"

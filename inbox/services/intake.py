@@ -6,8 +6,8 @@ message in one transaction: a valid envelope becomes a queued task (its token en
 with a keyed digest that makes redeliveries harmless), a ``process-failure/v1`` notice is
 recorded and mailed to the admins (``inbox.process_failures``), and anything else is
 recorded as an IntakeError and left on the queue, whose redrive policy moves it to the
-dead-letter queue after a few receives. ``intake_redrive`` moves dead letters back once
-an admin fixed the cause.
+dead-letter queue after a few receives (an admin moves them back once the cause is
+fixed: inbox.services.admin.intake_redrive).
 
 Message bodies hold task tokens: no body, token or envelope value reaches a log line, an
 exception message or an IntakeError; problems name the field and the rule only.
@@ -20,20 +20,22 @@ import logging
 import re
 import time
 import traceback
+import uuid
 from enum import StrEnum
 from typing import Any
 
 from django.conf import settings
+from django.core.cache import cache
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from accounts.models import Dispatch, Skill
+from accounts.models import Skill
 from config.errors import ExternalServiceError
-from inbox.deadlines import heartbeat_interval
-from inbox.lifecycle import event_append
-from inbox.models import IntakeError, Task, TaskState
+from inbox.lifecycle import task_receive
+from inbox.models import IntakeError, Task
 from inbox.process_failures import process_failure_record
 from inbox.redaction import REDACTED, redact
+from inbox.services.clock import heartbeat_interval
 from inbox.tokens import token_digest, token_encrypt
 from processes import aws
 from processes.envelope import envelope_problems
@@ -51,9 +53,10 @@ _STAGE_MAX = 80
 _UNEXPECTED_MAX = 500
 # The longest wait SQS allows for one long poll.
 _SQS_WAIT_MAX = 20
-# The DLQ is read with a short long poll, which (unlike a 0 s short poll) asks every SQS
-# server, so an existing message is not missed.
-_REDRIVE_WAIT_SECONDS = 1
+POLL_LOCK_KEY = "inbox:intake-poll"
+# Above the poll's budget (25 s) plus an SQS read timeout (30 s), so a live poller never
+# loses its lock; a crashed one's lock lapses and the next beat tick polls again.
+POLL_LOCK_SECONDS = 120
 
 
 class Outcome(StrEnum):
@@ -162,12 +165,6 @@ def _entered_at(value: str) -> datetime.datetime | None:
     return moment
 
 
-def _dispatch(*, task_id: str) -> None:
-    from inbox.tasks_dispatch import dispatch_task
-
-    dispatch_task.delay(task_id)
-
-
 def _task_create(*, envelope: dict[str, Any]) -> str:
     token = envelope["taskToken"]
     digest = token_digest(token)
@@ -177,8 +174,10 @@ def _task_create(*, envelope: dict[str, Any]) -> str:
         with transaction.atomic():
             if Task.objects.filter(token_digest=digest).exists():
                 return Outcome.DUPLICATE
-            task = Task.objects.create(
-                state=TaskState.QUEUED,
+            # The receive row of the transition table: queued, its first event, and an
+            # offer after commit for a push queue (robust: dispatch_pending heals a lost
+            # enqueue; the task stands).
+            task = task_receive(
                 token_ciphertext=token_encrypt(token),
                 token_digest=digest,
                 execution_arn=envelope["execution"],
@@ -205,17 +204,6 @@ def _task_create(*, envelope: dict[str, Any]) -> str:
                 next_heartbeat_at=(now + heartbeat_interval(envelope["heartbeatSeconds"])
                                    if envelope.get("heartbeatSeconds") else None),
             )
-            event_append(
-                task=task, action="receive", from_state="", actor=None, system="intake",
-                data={"overall_deadline": task.overall_deadline.isoformat()},
-            )
-            if task.skill.dispatch == Dispatch.PUSH:
-                # After commit: the offer must find the task in the database. Robust: a
-                # lost enqueue is healed by dispatch_pending_task (beat); the task stands.
-                # (A lambda: Django's robust logging reads __qualname__, which a partial
-                # lacks.)
-                task_id = str(task.pk)
-                transaction.on_commit(lambda: _dispatch(task_id=task_id), robust=True)
     except IntegrityError:
         # Two deliveries of one envelope handled at once (a redelivery after a visibility
         # timeout, or two pollers): both saw no task, the unique digest let one insert win.
@@ -370,6 +358,28 @@ def intake_poll(
     return {str(outcome): count for outcome, count in counts.items()}
 
 
+def intake_poll_once() -> dict[str, int] | None:
+    """Poll the intake queue once, unless another poller holds the lock; return the counts.
+
+    The lock only saves work: two pollers at once are harmless (SQS hides a received
+    message from the other, and a redelivered envelope is a duplicate).
+    """
+    owner = uuid.uuid4().hex
+    if not cache.add(POLL_LOCK_KEY, owner, timeout=POLL_LOCK_SECONDS):
+        return None
+    try:
+        counts = intake_poll()
+    finally:
+        # Only our own lock: after a stall past POLL_LOCK_SECONDS another poller holds it.
+        # The get-then-delete is not atomic; losing that race costs one extra poller, not
+        # data.
+        if cache.get(POLL_LOCK_KEY) == owner:
+            cache.delete(POLL_LOCK_KEY)
+    if any(counts.values()):
+        logger.info("Intake: %s", ", ".join(f"{n} {o}" for o, n in counts.items() if n))
+    return counts
+
+
 def _messages_delete(*, url: str, messages: list[dict]) -> None:
     """Delete the handled messages; one that stays is harmless (see below), so log it.
 
@@ -387,29 +397,3 @@ def _messages_delete(*, url: str, messages: list[dict]) -> None:
         if message["ReceiptHandle"] in failed:
             logger.warning("Intake: could not delete message %s; it comes back as a "
                            "duplicate", message.get("MessageId", ""))
-
-
-def intake_redrive(*, max_messages: int = 10) -> int:
-    """Move up to max_messages from the dead-letter queue back to the intake queue.
-
-    For admins, after they fixed the cause (e.g. created a missing skill). Each message is
-    sent again, then deleted from the dead-letter queue: a crash in between leaves a copy
-    in both, and the intake sees the copy as a duplicate. Return how many were moved.
-    """
-    dlq_url = aws.queue_url(name=settings.INBOX_INTAKE_DLQ)
-    queue_url = aws.queue_url(name=settings.INBOX_INTAKE_QUEUE)
-    moved = 0
-    while moved < max_messages:
-        batch = aws.messages_receive(
-            url=dlq_url, max_messages=min(10, max_messages - moved),
-            wait_seconds=_REDRIVE_WAIT_SECONDS,
-        )
-        if not batch:
-            break
-        for message in batch:
-            aws.message_send(url=queue_url, body=message["Body"])
-            aws.message_delete(url=dlq_url, receipt_handle=message["ReceiptHandle"])
-            moved += 1
-    if moved:
-        logger.info("Intake: moved %d message(s) from the dead-letter queue back", moved)
-    return moved

@@ -41,12 +41,13 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from config.errors import ExternalServiceError
-from inbox import lifecycle, metrics
+from inbox import metrics
 from inbox.callback_history import (
     history_is_decision,
     history_outcome_reason,
     history_task_outcome,
 )
+from inbox.lifecycle import IllegalTransition, transition
 from inbox.models import Outbox, OutboxKind, OutboxStatus
 from inbox.ratelimit import rate_take
 from inbox.redaction import redact
@@ -251,8 +252,8 @@ def _dead(row: Outbox, *, reason: str) -> str:
             status=OutboxStatus.DEAD, last_error=_error_text(reason)
         )
         if changed:
-            _task_close(row, lambda: lifecycle.task_callback_failed(
-                task_id=row.task_id, reason=_error_text(reason)))
+            _task_close(row, lambda: transition(
+                task_id=row.task_id, action="callback_failed", reason=_error_text(reason)))
     if changed:
         metrics.callback_dead_count()
     logger.error("Callback %s of task %s is dead: %s", row.pk, row.task_id, reason)
@@ -269,8 +270,8 @@ def _delivered(row: Outbox, *, status: OutboxStatus, sent_at: datetime.datetime,
             status=status, sent_at=sent_at, last_error=note
         )
         if settled:
-            _task_close(row, lambda: lifecycle.task_callback_delivered(
-                task_id=row.task_id, outbox=row))
+            _task_close(row, lambda: transition(
+                task_id=row.task_id, action="delivered", kind=row.kind))
     logger.info("Callback %s (%s) of task %s %s", row.pk, row.kind, row.task_id, status)
     return SendResult.SENT if status == OutboxStatus.SENT else SendResult.RECONCILED
 
@@ -278,7 +279,7 @@ def _delivered(row: Outbox, *, status: OutboxStatus, sent_at: datetime.datetime,
 def _task_close(row: Outbox, close: Callable[[], object]) -> None:
     try:
         close()
-    except lifecycle.IllegalTransition as exc:
+    except IllegalTransition as exc:
         # The task was closed meanwhile (e.g. cancelled by the execution reconciler).
         logger.warning("Task %s of callback %s was not closed: %s", row.task_id, row.pk,
                        exc.message)
@@ -339,7 +340,8 @@ def _expired(row: Outbox, *, reason: str) -> str:
             status=OutboxStatus.RECONCILED, last_error=_error_text(f"Not delivered: {reason}")
         )
         if settled:
-            _task_close(row, lambda: lifecycle.task_expire(task_id=row.task_id, reason=reason))
+            _task_close(row, lambda: transition(task_id=row.task_id, action="expire",
+                                                reason=reason))
     logger.warning("Callback %s of task %s not delivered, task expired: %s", row.pk,
                    row.task_id, reason)
     return SendResult.EXPIRED
@@ -375,26 +377,3 @@ def outbox_drain(*, batch: int = 100) -> int:
         if result != SendResult.SKIPPED:
             handled += 1
     return handled
-
-
-def outbox_requeue(*, outbox_id: int) -> bool:
-    """Put a dead row back to pending for a fresh round of attempts; return if it was dead.
-
-    Safe to resend: a dead row's decision was never accepted, and one accepted after all
-    (a lost response) is found by the reconciliation.
-    """
-    # A conditional update: only a dead row moves, and only once.
-    requeued = Outbox.objects.filter(pk=outbox_id, status=OutboxStatus.DEAD).update(
-        status=OutboxStatus.PENDING, attempts=0, next_attempt_at=timezone.now()
-    )
-    if requeued:
-        logger.info("Callback %s requeued", outbox_id)
-        # Robust: with the broker down the row is pending and the outbox drain sends it.
-        transaction.on_commit(lambda: _enqueue(outbox_id), robust=True)
-    return bool(requeued)
-
-
-def _enqueue(outbox_id: int) -> None:
-    from inbox.tasks_callbacks import callback_send_task
-
-    callback_send_task.delay(outbox_id)

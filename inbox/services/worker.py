@@ -1,0 +1,158 @@
+"""What a worker does with tasks: take next, claim, accept or decline an offer, release,
+complete and reject.
+
+Each checks that the worker may see the task (inbox.selectors.access_task: 404 if not)
+and what only dispatch policy knows (eligibility, capacity), then applies one row of the
+transition table, which checks the state rules (they hold it, its state: 409).
+"""
+
+from typing import Any
+
+from django.db import transaction
+from django.db.models import Q
+
+from accounts.models import Dispatch, User, WorkerSkill
+from config.errors import Conflict, NotFound
+from inbox.lifecycle import transition
+from inbox.models import Task, TaskState
+from inbox.selectors import (
+    access_task,
+    capacity_check,
+    eligibility_problem,
+    excluded_by_separation,
+    task_form,
+    worker_lock,
+)
+from processes.forms import form_validate
+
+# Candidates skipped for separation of duties before take-next gives up on this call.
+TAKE_NEXT_SCAN = 25
+
+
+class NothingToTake(NotFound):
+    code = "queue_empty"
+
+
+def task_take_next(*, worker: User, skill: str | None = None) -> Task:
+    """Give the worker the next queued task of their pull queues: highest priority, oldest.
+
+    Concurrent takers never get the same task: candidates are locked with
+    SELECT ... FOR UPDATE SKIP LOCKED, so each taker passes over rows another holds.
+    """
+    links = WorkerSkill.objects.filter(worker=worker, skill__dispatch=Dispatch.PULL)
+    if skill:
+        links = links.filter(skill__slug=skill)
+    eligible = Q()
+    for skill_id, proficiency in links.values_list("skill_id", "proficiency"):
+        eligible |= Q(skill_id=skill_id, min_proficiency__lte=proficiency)
+    if not eligible:
+        which = f" {skill}" if skill else ""
+        raise NothingToTake(f"You hold no skill with a pull queue{which}.")
+    with transaction.atomic():
+        worker = worker_lock(user=worker)
+        capacity_check(user=worker)
+        skipped: list = []
+        for _ in range(TAKE_NEXT_SCAN):
+            candidate = (
+                Task.objects.select_for_update(skip_locked=True)
+                .filter(eligible, state=TaskState.QUEUED)
+                .exclude(pk__in=skipped)
+                .order_by("-priority", "created_at")
+                .first()
+            )
+            if candidate is None:
+                break
+            if excluded_by_separation(user=worker, task=candidate):
+                skipped.append(candidate.pk)
+                continue
+            # The candidate's row is locked by this transaction: no second read.
+            return transition(task_id=candidate.pk, action="take_next", actor=worker,
+                              locked=candidate)
+    raise NothingToTake("Nothing is waiting in your queues.")
+
+
+def task_claim(*, worker: User, task_id: Any, expected_version: int | None = None) -> Task:
+    """Take one specific visible task of a pull queue."""
+    task = access_task(user=worker, task_id=task_id)
+    problem = eligibility_problem(user=worker, task=task)
+    if problem:
+        raise Conflict(problem)
+    if task.skill.dispatch != Dispatch.PULL:
+        raise Conflict(f"Tasks of {task.skill.slug} are offered, not claimed.")
+    with transaction.atomic():
+        worker = worker_lock(user=worker)
+        capacity_check(user=worker)
+        return transition(task_id=task.pk, action="claim", actor=worker,
+                          expected_version=expected_version)
+
+
+def task_accept(*, worker: User, task_id: Any, expected_version: int | None = None) -> Task:
+    """Accept an offer made to the worker; the work clock starts."""
+    task = access_task(user=worker, task_id=task_id)
+    if task.assignee_id == worker.pk:
+        # Still eligible now (a skill or role taken away since the offer was made).
+        problem = eligibility_problem(user=worker, task=task)
+        if problem:
+            raise Conflict(problem)
+    return transition(task_id=task.pk, action="accept", actor=worker,
+                      expected_version=expected_version)
+
+
+def task_decline(*, worker: User, task_id: Any, reason: str,
+                 expected_version: int | None = None) -> Task:
+    """Decline an offer with a reason; it goes to the next worker, never back to this one."""
+    task = access_task(user=worker, task_id=task_id)
+    return transition(task_id=task.pk, action="decline", actor=worker, reason=reason,
+                      expected_version=expected_version)
+
+
+def task_release(*, worker: User, task_id: Any, reason: str = "",
+                 expected_version: int | None = None) -> Task:
+    """Give a held task back to its queue (and offer it on, for a push queue)."""
+    task = access_task(user=worker, task_id=task_id)
+    return transition(task_id=task.pk, action="release", actor=worker, reason=reason,
+                      expected_version=expected_version)
+
+
+def task_complete(*, worker: User, task_id: Any, answer: Any,
+                  expected_version: int | None = None) -> Task:
+    """Validate the worker's answer against the stage's form and complete the task.
+
+    Raise FormInvalid (400, naming each field) before anything changes.
+    """
+    task = access_task(user=worker, task_id=task_id)
+    cleaned = form_validate(task_form(task=task), answer)
+    try:
+        return transition(task_id=task.pk, action="complete", actor=worker, answer=cleaned,
+                          expected_version=expected_version)
+    except Conflict:
+        # A retried request (lost response, double click) with the same answer: the
+        # decision stands, once; answer it as it was answered the first time.
+        if _decided_before(task, worker=worker, states=_COMPLETED, answer=cleaned):
+            return task
+        raise
+
+
+def task_reject(*, worker: User, task_id: Any, reason: str,
+                expected_version: int | None = None) -> Task:
+    """Reject the held task with a reason (Step Functions hears HumanTask.Rejected)."""
+    task = access_task(user=worker, task_id=task_id)
+    try:
+        return transition(task_id=task.pk, action="reject", actor=worker, reason=reason,
+                          expected_version=expected_version)
+    except Conflict:
+        if _decided_before(task, worker=worker, states=_REJECTED, reason=reason):
+            return task  # A retried request: see task_complete.
+        raise
+
+
+_COMPLETED = (TaskState.COMPLETING, TaskState.COMPLETED)
+_REJECTED = (TaskState.REJECTING, TaskState.REJECTED)
+
+
+def _decided_before(task: Task, *, worker: User, states: tuple[str, ...],
+                    **decision: Any) -> bool:
+    """Return whether this worker already made this very decision on the task (reloaded)."""
+    task.refresh_from_db()
+    return (task.state in states and task.assignee_id == worker.pk
+            and all(getattr(task, name) == value for name, value in decision.items()))

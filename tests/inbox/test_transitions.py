@@ -1,0 +1,226 @@
+"""The transition table, walked row by row and state by state.
+
+Every row of inbox.lifecycle.TRANSITIONS is applied to a task in every state: from its
+own states it changes the task to its target with exactly one hash-chained event, an
+outbox row exactly when it tells Step Functions, and exactly its effects after commit;
+from any other state it is refused and changes nothing. The task is put in each state by
+updating its row (the one place tests do, to reach every state of the table).
+"""
+
+import ast
+import datetime
+from pathlib import Path
+
+import pytest
+from django.utils import timezone
+
+from accounts.roles import Role
+from config.errors import Conflict
+from inbox import effects
+from inbox.effects import TASK_NAMES
+from inbox.lifecycle import TRANSITIONS, events_verify, transition
+from inbox.models import HELD_STATES, Outbox, Task, TaskEvent, TaskState
+
+ROOT = Path(__file__).resolve().parents[2]
+ACTIONS = [action for action in TRANSITIONS if action != "receive"]
+# Objects with a state of their own that is not a task's (the board's filter form).
+NOT_TASKS = {"filters"}
+
+
+@pytest.fixture(autouse=True)
+def quick_passwords(settings):
+    """Users are made by the hundred here: hash their passwords cheaply."""
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture
+def enqueued(monkeypatch) -> list[tuple]:
+    """Record what inbox.effects enqueues, by Celery task name, instead of sending it."""
+    sent: list[tuple] = []
+    monkeypatch.setattr(effects, "enqueue", lambda name, *arguments: sent.append((name,
+                                                                                   arguments)))
+    return sent
+
+
+@pytest.fixture
+def people(make_worker, check_skill):
+    return {
+        "holder": make_worker({"document-check": 3}),
+        "other": make_worker({"document-check": 3}),
+        "boss": make_worker({"document-check": 3}, roles=(Role.SUPERVISOR,)),
+    }
+
+
+def _task_in(state: str, *, make_task, holder) -> Task:
+    """Bring a push-queue task in through intake and put it in state, with running clocks."""
+    task = make_task(skill="document-check", onTimeout="escalate",
+                     timeouts={"offer": 60, "work": 600, "overall": 3600, "escalation": 600})
+    later = timezone.now() + datetime.timedelta(minutes=5)
+    Task.objects.filter(pk=task.pk).update(
+        state=state, assignee=holder if state in HELD_STATES else None,
+        offer_deadline=later, work_deadline=later,
+    )
+    return Task.objects.get(pk=task.pk)
+
+
+def _arguments(action: str, people: dict) -> dict:
+    """Return who applies the row and the parameters its change needs."""
+    row = TRANSITIONS[action]
+    if row.holder or action in ("take_next", "claim"):
+        actor = people["holder"]
+    elif row.needs_reason:
+        actor = people["boss"]
+    else:
+        actor = None
+    params = {"offer": {"worker": people["other"]}, "reassign": {"worker": people["other"]},
+              "complete": {"answer": {"decision": "approve"}}, "delivered": {"kind": "success"},
+              "escalate": {"since": timezone.now()}}.get(action, {})
+    if action.startswith("extend_"):
+        params = {"seconds": 60}
+    return {"actor": actor, "reason": "Because the table says so.", **params}
+
+
+@pytest.mark.parametrize("state", list(TaskState))
+@pytest.mark.parametrize("action", ACTIONS)
+def test_every_row_starts_only_from_its_states_and_has_exactly_its_effects(
+    action, state, make_task, people, enqueued, django_capture_on_commit_callbacks
+):
+    row = TRANSITIONS[action]
+    task = _task_in(state, make_task=make_task, holder=people["holder"])
+    events_before = TaskEvent.objects.filter(task=task).count()
+
+    with django_capture_on_commit_callbacks(execute=True):
+        if state not in row.sources:
+            # IllegalTransition, or (a holder's row, the task held by nobody) a Conflict.
+            with pytest.raises(Conflict):
+                transition(task_id=task.pk, action=action, **_arguments(action, people))
+        else:
+            changed = transition(task_id=task.pk, action=action, **_arguments(action, people))
+
+    fresh = Task.objects.get(pk=task.pk)
+    events = list(TaskEvent.objects.filter(task=task).order_by("version"))
+    if state not in row.sources:
+        assert (fresh.state, fresh.version) == (task.state, task.version)
+        assert len(events) == events_before
+        assert not Outbox.objects.filter(task=task).exists()
+        assert enqueued == []
+        return
+    assert changed.version == fresh.version == task.version + 1
+    assert fresh.state == row.target_from(state)
+    assert len(events) == events_before + 1
+    last = events[-1]
+    assert (last.action, last.from_state, last.to_state, last.version) == (
+        action, state, fresh.state, fresh.version)
+    assert events_verify(task=fresh) is None
+    assert Outbox.objects.filter(task=task).count() == (1 if row.callback else 0)
+    assert [name for name, _ in enqueued] == [TASK_NAMES[e] for e in row.all_effects]
+
+
+def test_receive_is_the_first_row_and_offers_a_push_task_after_commit(
+    make_task, check_skill, enqueued, django_capture_on_commit_callbacks
+):
+    with django_capture_on_commit_callbacks(execute=True):
+        task = make_task(skill="document-check")
+    events = list(TaskEvent.objects.filter(task=task))
+    assert [(e.version, e.action, e.from_state, e.to_state) for e in events] == [
+        (1, "receive", "", TaskState.QUEUED)]
+    assert events_verify(task=task) is None
+    assert enqueued == [(TASK_NAMES[effects.Effect.DISPATCH], (str(task.pk),))]
+
+
+def test_a_pull_queue_task_back_in_its_queue_is_not_dispatched(
+    make_task, worker, enqueued, django_capture_on_commit_callbacks
+):
+    """The dispatch effect is for push queues; a released pull task waits for a take."""
+    task = make_task()
+    with django_capture_on_commit_callbacks(execute=True):
+        transition(task_id=task.pk, action="claim", actor=worker)
+        transition(task_id=task.pk, action="release", actor=worker)
+    assert enqueued == []
+
+
+def test_each_row_states_its_callback_as_its_first_effect():
+    for row in TRANSITIONS.values():
+        assert (effects.Effect.CALLBACK in row.all_effects) == (row.callback is not None)
+        assert effects.Effect.CALLBACK not in row.effects, row.action
+
+
+def _state_assignments(path: Path) -> list[int]:
+    """Return the lines of path that assign a task's state (attribute or update/create)."""
+    lines = []
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        targets = []
+        if isinstance(node, ast.Assign):
+            targets = node.targets
+        elif isinstance(node, ast.AugAssign | ast.AnnAssign):
+            targets = [node.target]
+        if any(isinstance(t, ast.Attribute) and t.attr == "state"
+               and ast.unparse(t.value) not in NOT_TASKS for t in targets):
+            lines.append(node.lineno)
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                and node.func.attr in ("update", "create", "get_or_create", "update_or_create",
+                                       "bulk_create")
+                and any(k.arg == "state" for k in node.keywords)):
+            lines.append(node.lineno)
+    return lines
+
+
+def test_nothing_but_the_lifecycle_assigns_a_task_state():
+    offenders = {}
+    for room in ("inbox", "processes", "accounts", "config"):
+        for path in (ROOT / room).rglob("*.py"):
+            if "migrations" in path.parts or path == ROOT / "inbox" / "lifecycle.py":
+                continue
+            found = _state_assignments(path)
+            if found:
+                offenders[str(path.relative_to(ROOT))] = found
+    assert offenders == {}
+
+
+def test_the_state_check_finds_an_assignment(tmp_path):
+    """The check above can fail: it sees both ways of writing a state."""
+    sample = tmp_path / "sample.py"
+    sample.write_text("task.state = 'queued'\nTask.objects.filter(pk=1).update(state='x')\n"
+                      "filters.state = ''\n")
+    assert _state_assignments(sample) == [1, 2]
+
+
+# The table as docs/ARCHITECTURE.md shows it ----------------------------------------------
+
+
+def _states(values: tuple[str, ...]) -> str:
+    closed = {TaskState.COMPLETED, TaskState.REJECTED, TaskState.TIMED_OUT,
+              TaskState.EXPIRED, TaskState.CANCELLED}
+    if set(values) == set(TaskState) - closed:
+        return "any not closed"
+    if set(values) == {TaskState.QUEUED, TaskState.OFFERED, TaskState.IN_PROGRESS,
+                       TaskState.ESCALATED}:
+        return "open"
+    return ", ".join(values) or "(new)"
+
+
+def transitions_markdown() -> str:
+    """Render TRANSITIONS as the Markdown table docs/ARCHITECTURE.md holds."""
+    lines = ["| action | from | to | who | change | effects after commit |",
+             "|---|---|---|---|---|---|"]
+    for row in TRANSITIONS.values():
+        if row.target is None:
+            target = "(same)"
+        elif isinstance(row.target, dict):
+            target = ", ".join(f"{a} → {b}" for a, b in row.target.items())
+        else:
+            target = str(row.target)
+        who = ("the holder" if row.holder else "a supervisor" if row.needs_reason
+               else row.system if row.system != "system" else "the worker")
+        change = (row.change.__doc__ or "").strip().splitlines()[0] if row.change.__doc__ \
+            else row.change.__name__.strip("_").replace("_", " ")
+        effects_text = ", ".join(e.value for e in row.all_effects) or "-"
+        lines.append(f"| `{row.action}` | {_states(row.sources)} | {target} | {who} | "
+                     f"{change} | {effects_text} |")
+    return "\n".join(lines)
+
+
+def test_the_architecture_doc_shows_the_transition_table_as_the_code_has_it():
+    doc = (ROOT / "docs" / "ARCHITECTURE.md").read_text()
+    table = transitions_markdown()
+    assert table in doc, f"docs/ARCHITECTURE.md should hold this table:\n\n{table}\n"
