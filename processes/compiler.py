@@ -12,6 +12,15 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from processes.contract import (
+    HUMAN_TASK,
+    PLACEHOLDER,
+    PROCESS_FAILED_ERROR,
+    PROCESS_FAILURE,
+    REJECTED_ERROR,
+    TIMED_OUT_ERROR,
+    is_data_reference,
+)
 from processes.spec import (
     AutomationStage,
     ChoiceStage,
@@ -25,14 +34,10 @@ from processes.spec import (
     WaitStage,
 )
 
-ENVELOPE_KIND = "human-task/v1"
-FAILURE_KIND = "process-failure/v1"
 # Step Functions' own clock fires this long after the inbox's overall (and escalation)
 # clock, so the inbox always decides first and Step Functions is only the backstop.
 BACKSTOP_MARGIN_SECONDS = 60
 
-REJECTED_ERROR = "HumanTask.Rejected"
-TIMED_OUT_ERROR = "HumanTask.TimedOut"
 TIMEOUT_ERRORS = [TIMED_OUT_ERROR, "States.Timeout", "States.HeartbeatTimeout"]
 
 # States the compiler adds; stage ids are lowercase, so these never clash with them.
@@ -150,7 +155,7 @@ class _Compiler:
         if stage.timeouts.escalation:
             timeouts["escalation"] = stage.timeouts.escalation
         envelope: dict[str, Any] = {
-            "kind": ENVELOPE_KIND,
+            "kind": HUMAN_TASK,
             "taskToken.$": "$$.Task.Token",
             "execution.$": "$$.Execution.Id",
             "stage.$": "$$.State.Name",
@@ -257,7 +262,7 @@ class _Compiler:
                 "Parameters": {
                     "QueueUrl": self.target.intake_queue_url,
                     "MessageBody": {
-                        "kind": FAILURE_KIND,
+                        "kind": PROCESS_FAILURE,
                         "execution.$": "$$.Execution.Id",
                         "process": {"name": self.spec.name, "version": self.spec.version},
                         "error.$": "$.error",
@@ -270,7 +275,7 @@ class _Compiler:
                            "Next": FAILED_STATE}],
                 "Next": FAILED_STATE,
             }
-            states[FAILED_STATE] = {"Type": "Fail", "Error": "Process.Failed",
+            states[FAILED_STATE] = {"Type": "Fail", "Error": PROCESS_FAILED_ERROR,
                                     "Cause": "A stage failed; see the execution history."}
         return states
 
@@ -280,15 +285,12 @@ def _key(stage_id: str) -> str:
     return stage_id.replace("-", "_")
 
 
-_PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
-
-
 def _template(key: str, template: str) -> dict[str, str]:
     """Return {key: text} or {key.$: States.Format(...)} for a title template."""
-    paths = _PLACEHOLDER.findall(template)
+    paths = PLACEHOLDER.findall(template)
     if not paths:
         return {key: template}
-    literal = _PLACEHOLDER.sub("\0", template)
+    literal = PLACEHOLDER.sub("\0", template)
     # States.Format escapes: ' { } and \ are written with a backslash.
     escaped = re.sub(r"([\\'{}])", r"\\\1", literal).replace("\0", "{}")
     arguments = ", ".join(f"$.{path}" for path in paths)
@@ -299,7 +301,7 @@ def _parameters(values: dict[str, Any]) -> dict[str, Any]:
     """Return ASL Parameters: a string starting with "$." is a path into the data."""
     result: dict[str, Any] = {}
     for name, value in values.items():
-        if isinstance(value, str) and (value == "$" or value.startswith("$.")):
+        if is_data_reference(value):
             result[f"{name}.$"] = value
         elif isinstance(value, dict):
             result[name] = _parameters(value)

@@ -1,4 +1,4 @@
-"""The contract between a state machine and the inbox: envelope kinds and their schemas.
+"""Validate envelopes against the JSON Schema of their kind (processes/contract.py).
 
 The JSON Schemas live in processes/schemas/ and are published in docs/ENVELOPE.md.
 ``envelope_problems`` describes what is wrong without quoting values: an envelope
@@ -12,10 +12,12 @@ from typing import Any
 
 from jsonschema import Draft202012Validator
 
+from processes.contract import HUMAN_TASK, PROCESS_FAILURE
+
 SCHEMAS = Path(__file__).resolve().parent / "schemas"
 KINDS = {
-    "human-task/v1": "human-task-v1.schema.json",
-    "process-failure/v1": "process-failure-v1.schema.json",
+    HUMAN_TASK: "human-task-v1.schema.json",
+    PROCESS_FAILURE: "process-failure-v1.schema.json",
 }
 
 

@@ -13,12 +13,12 @@ from typing import Any
 import yaml
 
 from config.errors import InboxError
+from processes.contract import PLACEHOLDER, PROCESS_FAILED_ERROR
 from processes.forms import BUILTIN_FORMS, Form, form_parse
 
 MAX_STAGES = 5
 NAME = re.compile(r"^[a-z][a-z0-9-]{0,47}$")
 STAGE_ID = re.compile(r"^[a-z][a-z0-9-]{0,63}$")
-PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
 DATA_PATH = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 TIMEOUT_POLICIES = ("abort", "escalate")
 # Stages that end the state machine; they do not count against MAX_STAGES.
@@ -118,7 +118,7 @@ class SucceedStage(Stage):
 
 @dataclass(frozen=True)
 class FailStage(Stage):
-    error: str = "Process.Failed"
+    error: str = PROCESS_FAILED_ERROR
     cause: str = ""
 
 
@@ -416,10 +416,10 @@ class _Parser:
         return SucceedStage(**common)
 
     def stage_fail(self, raw: dict, path: str, common: dict) -> FailStage:
-        error = raw.get("error", "Process.Failed")
+        error = raw.get("error", PROCESS_FAILED_ERROR)
         if not isinstance(error, str) or not ERROR_NAME.match(error) or error.startswith("States."):
             self.problem(f"{path}.error", "an error name such as Invoice.Rejected (not States.*)")
-            error = "Process.Failed"
+            error = PROCESS_FAILED_ERROR
         return FailStage(**common, error=error, cause=str(raw.get("cause", "")))
 
     # Pieces ------------------------------------------------------------------------------

@@ -2,6 +2,7 @@
 
 import json
 import socket
+import sys
 import urllib.request
 import uuid
 
@@ -178,6 +179,27 @@ def test_emulator_command_refuses_when_the_emulator_is_off():
     """With INBOX_EMULATOR off the deployment talks to AWS: no emulator is started."""
     with override_settings(INBOX_EMULATOR=False), pytest.raises(CommandError, match="real AWS"):
         call_command("emulator")
+
+
+def test_emulator_command_without_moto_says_to_install_requirements_emulator(monkeypatch):
+    """Where moto is missing (a production install), the command names the file to install.
+
+    moto is installed here, so its absence is simulated: None in sys.modules["moto"] makes
+    importing it fail, and the emulator's modules and moto's submodules are unloaded for
+    the test (monkeypatch puts them back).
+    """
+    for name in list(sys.modules):
+        if name.startswith(("moto.", "processes.emulator.")):
+            monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "moto", None)
+
+    with pytest.raises(CommandError) as caught:
+        call_command("emulator")
+
+    message = str(caught.value)
+    assert "needs moto" in message
+    assert "(moto is missing)" in message
+    assert "pip install -r requirements-emulator.txt" in message
 
 
 # Error translation --------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """Nested executions (states:startExecution.sync:2) in the local emulator, and its shim.
 
-moto 5.2.5 runs them only with processes.emulator's nested-execution shim; these tests
-fail without it (States.Runtime, cause 'StateMachineArn').
+moto 5.2.5 runs them only with the nested-execution shim of processes/emulator/shims.py;
+these tests fail without it (States.Runtime, cause 'StateMachineArn').
 """
 
 import datetime
@@ -14,7 +14,9 @@ from django.conf import settings
 from moto.moto_api._internal.models import MotoAPIBackend
 
 from processes import aws
-from processes.emulator import EmulatorError, _nested_execution_shim, serve
+from processes.emulator import EmulatorError
+from processes.emulator.server import serve
+from processes.emulator.shims import nested_execution_shim
 from tests.sfn import execution_wait, task_message_wait, unique
 
 ROLE_ARN = "arn:aws:iam::123456789012:role/inbox-states"
@@ -280,9 +282,9 @@ def sfn_task(monkeypatch):
 
 def test_nested_execution_shim_is_idempotent(sfn_task):
     """A second application leaves the hooks as the first one made them."""
-    _nested_execution_shim()
+    nested_execution_shim()
     patched = (sfn_task._normalise_parameters, sfn_task._normalise_response)
-    _nested_execution_shim()
+    nested_execution_shim()
 
     assert (sfn_task._normalise_parameters, sfn_task._normalise_response) == patched
     response = {
@@ -326,4 +328,4 @@ def test_nested_execution_shim_names_a_missing_hook(monkeypatch):
     monkeypatch.setattr(module, "StateTaskServiceSfn", type("StateTaskServiceSfn", (), {}))
 
     with pytest.raises(EmulatorError, match="_normalise_parameters"):
-        _nested_execution_shim()
+        nested_execution_shim()

@@ -1,172 +1,41 @@
-"""Run the local Step Functions and SQS emulator: moto in server mode (dev and tests only).
+"""Patch moto 5.2.5's internals where the emulator needs AWS's behaviour (dev and tests only).
 
-moto's own launchers fall short here: ``moto_server`` cannot tell its caller when it is
-ready, and ``ThreadedMotoServer`` neither sets ``MOTO_PORT`` (which moto's ASL
-interpreter uses to reach SQS at ``http://localhost:$MOTO_PORT``) nor turns ASL
-execution on. ``serve`` does all three, on loopback only: the emulator has no
-authentication.
+``serve`` (processes/emulator/server.py) applies both before it binds its port.
 
 moto 5.2.5's ``GET /moto-api/config`` reports only its batch and lambda settings, so
-``serve`` also makes it report the stepfunctions settings (``_config_report_shim``); the
-answer then comes from the same dict that moto reads on every Step Functions request.
+``config_report_shim`` makes it report the stepfunctions settings too; the answer then
+comes from the same dict that moto reads on every Step Functions request.
 
 moto 5.2.5 also fails nested executions (``arn:aws:states:::states:startExecution``, with
 ``.sync``, ``.sync:2`` or ``.waitForTaskToken``, the way processes compose) with
 ``States.Runtime``: its interpreter hands the ASL's parameter names (``StateMachineArn``,
 ``Input``, ``Name``) to boto3 unchanged, reads ``ExecutionArn`` from a response whose keys
 are ``executionArn``..., and leaves datetimes in the result, which its DescribeExecution
-then cannot JSON-encode. ``_nested_execution_shim`` wraps the two normalisation hooks of
+then cannot JSON-encode. ``nested_execution_shim`` wraps the two normalisation hooks of
 moto's ``StateTaskServiceSfn``: request keys get a lower-case first letter, response keys a
 capital one (the child's own Input and Output are left untouched), datetimes become ISO
 strings, and a child started without ``Name`` gets a UUID (moto would name it "None", so a
 second one would clash). The result then has AWS's shape: ``$.Output`` is the child's
 output as parsed JSON with ``.sync:2`` and as a JSON string with ``.sync`` (moto already
 parses it for ``.sync:2`` only). Applying it twice is harmless; if moto's internals have
-moved (an upgrade), ``serve`` fails with EmulatorError instead of running unpatched. Real
-AWS needs none of this.
+moved (an upgrade), it raises EmulatorError, so ``serve`` fails instead of running
+unpatched. Real AWS needs none of this.
 """
 
 import datetime
-import errno
 import functools
 import importlib.metadata
 import inspect
-import ipaddress
-import json
-import os
-import signal
-import socket
-import threading
-import time
-import urllib.request
 import uuid
-from collections.abc import Callable
-from types import FrameType
 from typing import Any
 
 from moto.core.config import default_user_config
 from moto.moto_api._internal.models import MotoAPIBackend
-from moto.moto_server.werkzeug_app import (
-    DomainDispatcherApplication,
-    MotoRequestHandler,
-    create_backend_app,
-)
-from werkzeug.serving import make_server
 
-from config.errors import InboxError
-
-_STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+from processes.emulator import EmulatorError
 
 
-class EmulatorError(InboxError):
-    """The emulator could not start or stopped working."""
-
-    code = "emulator"
-
-
-class _Stop(BaseException):
-    """Raised in the main thread by the SIGTERM/SIGINT handler to end ``serve``.
-
-    A BaseException, like KeyboardInterrupt, so no library's ``except Exception``
-    swallows it.
-    """
-
-
-def serve(*, host: str, port: int, on_ready: Callable[[], None]) -> None:
-    """Serve the emulator on host:port, call on_ready once it answers, block until a signal.
-
-    Must run in the main thread (it installs SIGTERM and SIGINT handlers, and
-    restores the previous ones on return). Raise EmulatorError if host is not a
-    loopback address, moto cannot be patched, the port is taken, or ASL execution is
-    not on.
-    """
-    try:
-        loopback = ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        loopback = False
-    if not loopback:
-        raise EmulatorError(
-            f"The emulator has no authentication: bind it to a loopback IP address, not {host}."
-        )
-    # Patched before binding: a moto whose internals moved fails with no socket left open.
-    _config_report_shim()
-    _nested_execution_shim()
-    listener = _listen(host=host, port=port)
-    # Set before any request: moto's ASL interpreter reads it on each SQS call it makes.
-    os.environ["MOTO_PORT"] = str(port)
-    # Set before any state machine exists: machines created while it is off live in
-    # another backend and vanish when it flips.
-    default_user_config["stepfunctions"] = {"execute_state_machine": True}
-    server = make_server(
-        host,
-        port,
-        DomainDispatcherApplication(create_backend_app),
-        threaded=True,
-        request_handler=MotoRequestHandler,
-        fd=listener.fileno(),
-    )
-    listener.close()  # The server holds its own duplicate of the socket.
-    stopped = threading.Event()
-
-    def run() -> None:
-        try:
-            server.serve_forever()
-        finally:
-            stopped.set()
-
-    thread = threading.Thread(target=run, name="emulator", daemon=True)
-    previous = {sig: signal.signal(sig, _raise_stop) for sig in _STOP_SIGNALS}
-    try:
-        thread.start()
-        _execution_check(host=host, port=port)
-        on_ready()
-        # Sleep rather than Thread.join: a signal handler raising inside join() makes
-        # Python 3.11 mark the still-running thread as stopped (bpo-45274's fix).
-        while not stopped.is_set():
-            time.sleep(0.5)
-        raise EmulatorError("The emulator's server thread ended unexpectedly.")
-    except _Stop:
-        pass
-    finally:
-        # Ignore a second Ctrl+C while shutting down.
-        for sig in _STOP_SIGNALS:
-            signal.signal(sig, signal.SIG_IGN)
-        if thread.ident is not None:
-            if not stopped.is_set():
-                server.shutdown()
-            thread.join(timeout=10)
-        server.server_close()
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-
-
-def _raise_stop(signum: int, frame: FrameType | None) -> None:
-    raise _Stop
-
-
-def _listen(*, host: str, port: int) -> socket.socket:
-    """Return a socket listening on host:port; raise EmulatorError naming a taken port.
-
-    werkzeug's make_server prints to stderr and calls sys.exit on a taken port, so
-    the socket is bound here and handed to it.
-    """
-    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        listener.bind((host, port))
-        listener.listen(128)
-    except OSError as exc:
-        listener.close()
-        if exc.errno == errno.EADDRINUSE:
-            raise EmulatorError(
-                f"Port {port} on {host} is already in use (another emulator?). Stop that "
-                "program or choose another port (--port, or INBOX_EMULATOR_PORT)."
-            ) from None
-        raise EmulatorError(f"Cannot listen on {host}:{port}: {exc.strerror}.") from exc
-    return listener
-
-
-def _config_report_shim() -> None:
+def config_report_shim() -> None:
     """Make GET /moto-api/config report moto's stepfunctions settings too."""
     original = MotoAPIBackend.get_config
     if getattr(original, "reports_stepfunctions", False):
@@ -188,7 +57,7 @@ _NESTED_SHIM_MARK = "inbox_nested_execution_shim"
 _EXECUTION_DATA_KEYS = frozenset({"input", "output"})
 
 
-def _nested_execution_shim() -> None:
+def nested_execution_shim() -> None:
     """Make moto's states:startExecution integration use the API's casing (module docstring).
 
     Raise EmulatorError if the moto internals it patches are missing.
@@ -219,8 +88,8 @@ def _nested_execution_shim() -> None:
     except (ImportError, AttributeError) as exc:
         raise EmulatorError(
             f"moto {version} has no StateTaskServiceSfn in {_SFN_TASK_MODULE}, which the "
-            "nested-execution shim in processes/emulator.py patches: check whether this moto "
-            "runs states:startExecution.sync:2 by itself, then update or remove the shim."
+            "nested-execution shim in processes/emulator/shims.py patches: check whether this "
+            "moto runs states:startExecution.sync:2 by itself, then update or remove the shim."
         ) from exc
     # Each method the shim wraps or calls, with the argument it relies on.
     methods = {
@@ -233,7 +102,7 @@ def _nested_execution_shim() -> None:
         if not callable(method) or argument not in inspect.signature(method).parameters:
             raise EmulatorError(
                 f"moto {version}'s StateTaskServiceSfn.{name}({argument}, ...) is gone, so "
-                "the nested-execution shim in processes/emulator.py cannot work: check "
+                "the nested-execution shim in processes/emulator/shims.py cannot work: check "
                 "whether this moto runs states:startExecution.sync:2 by itself, then update "
                 "or remove the shim."
             )
@@ -287,22 +156,3 @@ def _asl_cased(value: Any) -> Any:
     if isinstance(value, datetime.date):
         return value.isoformat()
     return value
-
-
-def config_read(*, host: str, port: int, timeout: float = 5) -> dict:
-    """Return the running emulator's configuration from GET /moto-api/config."""
-    url = f"http://{host}:{port}/moto-api/config"
-    with urllib.request.urlopen(url, timeout=timeout) as response:
-        return json.load(response)
-
-
-def _execution_check(*, host: str, port: int) -> None:
-    """Raise EmulatorError unless the running server reports ASL execution on."""
-    try:
-        config = config_read(host=host, port=port)
-    except OSError as exc:
-        raise EmulatorError(f"The emulator at {host}:{port} does not answer: {exc}.") from exc
-    if config.get("stepfunctions", {}).get("execute_state_machine") is not True:
-        raise EmulatorError(
-            "The emulator reports ASL execution off; state machines would never run."
-        )
