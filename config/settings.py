@@ -164,50 +164,29 @@ CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 CELERY_TASK_ALWAYS_EAGER = False
+
+
+def _every(seconds: float, task: str, *, expires: float) -> dict:
+    """Return a beat entry: task every seconds, dropped if not started within expires."""
+    return {"task": task, "schedule": seconds, "options": {"expires": expires}}
+
+
 # Each entry "expires" before its next tick, so a backlog (worker down) runs once.
 CELERY_BEAT_SCHEDULE = {
     # Long-polls the intake queue; a cache lock keeps one poll at a time.
-    "intake-poll": {
-        "task": "inbox.tasks.intake_poll_task",
-        "schedule": 10.0,
-        "options": {"expires": 9},
-    },
+    "intake-poll": _every(10.0, "inbox.tasks.intake_poll_task", expires=9),
     # The clocks: offer, work and overall timeouts; the sweeper is the guarantee.
-    "deadlines-sweep": {
-        "task": "inbox.tasks.deadlines_sweep_task",
-        "schedule": 2.0,
-        "options": {"expires": 2},
-    },
-    "heartbeats": {
-        "task": "inbox.tasks.heartbeats_task",
-        "schedule": 5.0,
-        "options": {"expires": 4},
-    },
+    "deadlines-sweep": _every(2.0, "inbox.tasks.deadlines_sweep_task", expires=2),
+    "heartbeats": _every(5.0, "inbox.tasks.heartbeats_task", expires=4),
     # Cancels open tasks whose execution stopped, failed or vanished upstream.
-    "executions-check": {
-        "task": "inbox.tasks.executions_check_task",
-        "schedule": 30.0,
-        "options": {"expires": 25},
-    },
+    "executions-check": _every(30.0, "inbox.tasks.executions_check_task", expires=25),
     # Sends callbacks that are due: retries, and any whose on-commit enqueue was lost.
-    "outbox-drain": {
-        "task": "inbox.tasks.outbox_drain_task",
-        "schedule": 5.0,
-        "options": {"expires": 4},
-    },
+    "outbox-drain": _every(5.0, "inbox.tasks.outbox_drain_task", expires=4),
     # Offers queued push-queue tasks nobody was available for when they arrived.
-    "dispatch-pending": {
-        "task": "inbox.tasks.dispatch_pending_task",
-        "schedule": 15.0,
-        "options": {"expires": 14},
-    },
+    "dispatch-pending": _every(15.0, "inbox.tasks.dispatch_pending_task", expires=14),
     # Keeps execution records current from DescribeExecution (and notices lost ones).
-    "executions-reconcile": {
-        "task": "processes.tasks.executions_reconcile_task",
-        "schedule": 30.0,
-        # A backlog (worker down) runs once, not once per missed beat.
-        "options": {"expires": 25},
-    },
+    "executions-reconcile": _every(30.0, "processes.tasks.executions_reconcile_task",
+                                   expires=25),
 }
 
 # AWS: Step Functions and SQS ------------------------------------------------

@@ -6,6 +6,7 @@ input and its service call. Every view reaches tasks through inbox.selectors.acc
 or a service that calls it. No serializer has a token field.
 """
 
+from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
@@ -98,24 +99,27 @@ def valid_input(serializer_class: type[serializers.Serializer], request: Request
     return dict(serializer.validated_data)
 
 
-def action_schema(*, request: type[serializers.Serializer] | None, summary: str,
-                  errors: tuple[int, ...] = (404, 409)) -> Any:
-    """Describe one task action in the OpenAPI schema: its input, the task, its errors."""
-    responses = {200: TaskDetailSerializer, **dict.fromkeys(errors, ErrorSerializer)}
-    return extend_schema(request=request, responses=responses, summary=summary)
 
 
 class TaskActionApi(APIView):
-    """POST one action on a task: validate input_class, perform it, answer the task."""
+    """POST one action on a task: validate input_class, call service, answer the task.
+
+    The service is called with the user as its actor (the keyword named by actor), the
+    task's id from the URL, the input's fields by name, and "version" as expected_version.
+    """
 
     permission_classes = [IsAuthenticated]
     input_class: type[serializers.Serializer] = VersionInput
-
-    def perform(self, user: Any, task_id: str | None, data: dict[str, Any]) -> Task:
-        raise NotImplementedError
+    service: Callable[..., Task]
+    actor = "worker"
 
     def post(self, request: Request, task_id: str | None = None) -> Response:
-        task = self.perform(request.user, task_id, valid_input(self.input_class, request))
+        arguments = {self.actor: request.user, **valid_input(self.input_class, request)}
+        if "version" in arguments:
+            arguments["expected_version"] = arguments.pop("version")
+        if task_id is not None:
+            arguments["task_id"] = task_id
+        task = self.service(**arguments)
         # The service read the task through access_task: answer the row it changed.
         return Response(TaskDetailSerializer(task).data)
 
@@ -160,68 +164,34 @@ class TakeNextInput(serializers.Serializer):
     skill = serializers.CharField(required=False, help_text="Only this queue.")
 
 
-@action_schema(request=TakeNextInput, summary="Take the next task")
-class TakeNextApi(TaskActionApi):
-    input_class = TakeNextInput
-
-    def perform(self, user: Any, task_id: str | None, data: dict[str, Any]) -> Task:
-        return worker.task_take_next(worker=user, skill=data.get("skill"))
-
-
-@action_schema(request=VersionInput, summary="Claim a queued task")
-class TaskClaimApi(TaskActionApi):
-    def perform(self, user: Any, task_id: str | None, data: dict[str, Any]) -> Task:
-        return worker.task_claim(worker=user, task_id=task_id,
-                                 expected_version=data.get("version"))
-
-
-@action_schema(request=VersionInput, summary="Accept an offer")
-class TaskAcceptApi(TaskActionApi):
-    def perform(self, user: Any, task_id: str | None, data: dict[str, Any]) -> Task:
-        return worker.task_accept(worker=user, task_id=task_id,
-                                  expected_version=data.get("version"))
-
-
-@action_schema(request=ReasonInput, summary="Decline an offer")
-class TaskDeclineApi(TaskActionApi):
-    input_class = ReasonInput
-
-    def perform(self, user: Any, task_id: str | None, data: dict[str, Any]) -> Task:
-        return worker.task_decline(worker=user, task_id=task_id, reason=data["reason"],
-                                   expected_version=data.get("version"))
-
-
 class TaskReleaseInput(VersionInput):
     reason = serializers.CharField(max_length=2000, required=False, allow_blank=True)
-
-
-@action_schema(request=TaskReleaseInput, summary="Release a held task")
-class TaskReleaseApi(TaskActionApi):
-    input_class = TaskReleaseInput
-
-    def perform(self, user: Any, task_id: str | None, data: dict[str, Any]) -> Task:
-        return worker.task_release(worker=user, task_id=task_id, reason=data.get("reason", ""),
-                                   expected_version=data.get("version"))
 
 
 class TaskCompleteInput(VersionInput):
     answer = serializers.JSONField(help_text="The form's fields and their values.")
 
 
-@action_schema(request=TaskCompleteInput, summary="Complete a held task with an answer",
-               errors=(400, 404, 409))
-class TaskCompleteApi(TaskActionApi):
-    input_class = TaskCompleteInput
+def action_api(name: str, service: Callable[..., Task], input_class: type[serializers.Serializer],
+               summary: str, *, errors: tuple[int, ...] = (404, 409),
+               base: type[TaskActionApi] = TaskActionApi) -> type[TaskActionApi]:
+    """Return the API view class of one task action, described in the OpenAPI schema."""
+    view = type(name, (base,), {"service": staticmethod(service), "input_class": input_class,
+                                "__module__": __name__, "__doc__": summary})
+    responses = {200: TaskDetailSerializer, **dict.fromkeys(errors, ErrorSerializer)}
+    return extend_schema(request=input_class, responses=responses, summary=summary)(view)
 
-    def perform(self, user: Any, task_id: str | None, data: dict[str, Any]) -> Task:
-        return worker.task_complete(worker=user, task_id=task_id, answer=data["answer"],
-                                    expected_version=data.get("version"))
 
-
-@action_schema(request=ReasonInput, summary="Reject a held task")
-class TaskRejectApi(TaskActionApi):
-    input_class = ReasonInput
-
-    def perform(self, user: Any, task_id: str | None, data: dict[str, Any]) -> Task:
-        return worker.task_reject(worker=user, task_id=task_id, reason=data["reason"],
-                                  expected_version=data.get("version"))
+# The worker's actions: each the service it calls, its input and what it does.
+TakeNextApi = action_api("TakeNextApi", worker.task_take_next, TakeNextInput,
+                         "Take the next task")
+TaskClaimApi = action_api("TaskClaimApi", worker.task_claim, VersionInput, "Claim a queued task")
+TaskAcceptApi = action_api("TaskAcceptApi", worker.task_accept, VersionInput, "Accept an offer")
+TaskDeclineApi = action_api("TaskDeclineApi", worker.task_decline, ReasonInput,
+                            "Decline an offer")
+TaskReleaseApi = action_api("TaskReleaseApi", worker.task_release, TaskReleaseInput,
+                            "Release a held task")
+TaskCompleteApi = action_api("TaskCompleteApi", worker.task_complete, TaskCompleteInput,
+                             "Complete a held task with an answer", errors=(400, 404, 409))
+TaskRejectApi = action_api("TaskRejectApi", worker.task_reject, ReasonInput,
+                           "Reject a held task")

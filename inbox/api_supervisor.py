@@ -13,9 +13,8 @@ from accounts.models import User
 from accounts.roles import Role
 from accounts.selectors import user_roles
 from config.errors import NotFound
-from inbox.api import TaskActionApi, TaskSerializer, action_schema, valid_input
+from inbox.api import TaskActionApi, TaskSerializer, action_api, valid_input
 from inbox.board import supervised_tasks
-from inbox.models import Task
 from inbox.services import supervisor
 
 BULK_MAX = 500
@@ -33,8 +32,19 @@ class ActionInput(serializers.Serializer):
     version = serializers.IntegerField(required=False, min_value=1)
 
 
+class WorkerField(serializers.EmailField):
+    """A worker given by e-mail address: the active user of it, or 404 if there is none."""
+
+    def run_validation(self, data: Any = serializers.empty) -> User:
+        email = super().run_validation(data)
+        worker = User.objects.filter(email__iexact=email, is_active=True).first()
+        if worker is None:
+            raise NotFound(f"No active user {email}.")
+        return worker
+
+
 class ReassignInput(ActionInput):
-    worker = serializers.EmailField(help_text="The worker who gets the task.")
+    worker = WorkerField(help_text="The worker who gets the task.")
 
 
 class ExtendInput(ActionInput):
@@ -45,6 +55,7 @@ class ExtendInput(ActionInput):
 class SupervisorActionApi(TaskActionApi):
     permission_classes = [IsAuthenticated, IsSupervisor]
     input_class = ActionInput
+    actor = "supervisor"
 
 
 class SupervisedListApi(APIView):
@@ -66,45 +77,16 @@ class SupervisedListApi(APIView):
         return Response(TaskSerializer(tasks[:500], many=True).data)
 
 
-def _worker(email: str) -> User:
-    worker = User.objects.filter(email__iexact=email, is_active=True).first()
-    if worker is None:
-        raise NotFound(f"No active user {email}.")
-    return worker
-
-
-@action_schema(request=ReassignInput, summary="Reassign a task")
-class ReassignApi(SupervisorActionApi):
-    input_class = ReassignInput
-
-    def perform(self, user: Any, task_id: str | None, data: dict[str, Any]) -> Task:
-        return supervisor.task_reassign(
-            supervisor=user, task_id=task_id, worker=_worker(data["worker"]),
-            reason=data["reason"], expected_version=data.get("version"))
-
-
-@action_schema(request=ActionInput, summary="Return to the queue")
-class ReturnApi(SupervisorActionApi):
-    def perform(self, user: Any, task_id: str | None, data: dict[str, Any]) -> Task:
-        return supervisor.task_return(supervisor=user, task_id=task_id, reason=data["reason"],
-                                      expected_version=data.get("version"))
-
-
-@action_schema(request=ExtendInput, summary="Extend a clock")
-class ExtendApi(SupervisorActionApi):
-    input_class = ExtendInput
-
-    def perform(self, user: Any, task_id: str | None, data: dict[str, Any]) -> Task:
-        return supervisor.task_extend(
-            supervisor=user, task_id=task_id, clock=data["clock"], seconds=data["seconds"],
-            reason=data["reason"], expected_version=data.get("version"))
-
-
-@action_schema(request=ActionInput, summary="Abort (Step Functions hears HumanTask.TimedOut)")
-class AbortApi(SupervisorActionApi):
-    def perform(self, user: Any, task_id: str | None, data: dict[str, Any]) -> Task:
-        return supervisor.task_abort(supervisor=user, task_id=task_id, reason=data["reason"],
-                                     expected_version=data.get("version"))
+# The supervisor's actions: each the service it calls, its input and what it does.
+ReassignApi = action_api("ReassignApi", supervisor.task_reassign, ReassignInput,
+                         "Reassign a task", base=SupervisorActionApi)
+ReturnApi = action_api("ReturnApi", supervisor.task_return, ActionInput, "Return to the queue",
+                       base=SupervisorActionApi)
+ExtendApi = action_api("ExtendApi", supervisor.task_extend, ExtendInput, "Extend a clock",
+                       base=SupervisorActionApi)
+AbortApi = action_api("AbortApi", supervisor.task_abort, ActionInput,
+                      "Abort (Step Functions hears HumanTask.TimedOut)",
+                      base=SupervisorActionApi)
 
 
 class BulkApi(APIView):
@@ -115,7 +97,7 @@ class BulkApi(APIView):
         task_ids = serializers.ListField(child=serializers.UUIDField(), min_length=1,
                                          max_length=BULK_MAX)
         reason = serializers.CharField(max_length=2000)
-        worker = serializers.EmailField(required=False)
+        worker = WorkerField(required=False)
         clock = serializers.ChoiceField(choices=supervisor.CLOCKS, required=False)
         seconds = serializers.IntegerField(min_value=1, required=False)
 
@@ -144,7 +126,7 @@ class BulkApi(APIView):
         action = data["action"]
         arguments: dict[str, Any] = {"reason": data["reason"]}
         if action == "reassign":
-            arguments["worker"] = _worker(data["worker"])
+            arguments["worker"] = data["worker"]
         if action == "extend":
             arguments.update(clock=data["clock"], seconds=data["seconds"])
         function = {"reassign": supervisor.task_reassign, "return": supervisor.task_return,

@@ -14,8 +14,6 @@ call ``transition`` with an action's name; a state rule broken here is a Conflic
 """
 
 import datetime
-import hashlib
-import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,6 +25,7 @@ from accounts.models import User
 from config.errors import Conflict, NotFound
 from inbox import effects
 from inbox.effects import Effect
+from inbox.history import event_append
 from inbox.models import (
     CLOSED_STATES,
     OPEN_STATES,
@@ -34,14 +33,11 @@ from inbox.models import (
     Outbox,
     OutboxKind,
     Task,
-    TaskEvent,
     TaskPass,
     TaskState,
 )
+from processes.contract import REJECTED_ERROR, TIMED_OUT_ERROR
 
-GENESIS_HASH = "0" * 64
-REJECTED_ERROR = "HumanTask.Rejected"
-TIMED_OUT_ERROR = "HumanTask.TimedOut"
 CAUSE_MAX_CHARS = 32_768
 # Every state a task can still leave: all but the closed ones.
 NOT_CLOSED = [state for state in TaskState if state not in CLOSED_STATES]
@@ -356,7 +352,7 @@ def _apply(row: Transition, *, task_id: Any, actor: User | None, system: str,
         task.state = row.target_from(from_state)
         task.version += 1
         task.save()
-        _event_append(task=task, action=row.action, from_state=from_state, actor=actor,
+        event_append(task=task, action=row.action, from_state=from_state, actor=actor,
                       label=actor.email if actor is not None else system, reason=reason,
                       data=data, at=step.now)
         outbox_id = None
@@ -401,57 +397,7 @@ def task_receive(**fields: Any) -> Task:
     now = timezone.now()
     task = Task.objects.create(state=row.target_from(""), **fields)
     step = Step(actor=None, now=now, reason="", params={})
-    _event_append(task=task, action=row.action, from_state="", actor=None, label=row.system,
+    event_append(task=task, action=row.action, from_state="", actor=None, label=row.system,
                   reason="", data=row.change(task, step), at=now)
     effects.after_commit(task=task, effects=row.all_effects)
     return task
-
-
-# The history ---------------------------------------------------------------------------
-
-
-def event_hash(*, prev_hash: str, task_id: str, version: int, action: str, from_state: str,
-               to_state: str, actor: str, reason: str, data: dict, at: datetime.datetime) -> str:
-    """Return the SHA-256 of an event's content chained to the previous event's hash."""
-    content = json.dumps(
-        [prev_hash, str(task_id), version, action, from_state, to_state, actor, reason, data,
-         at.isoformat()],
-        sort_keys=True, separators=(",", ":"), default=str,
-    )
-    return hashlib.sha256(content.encode()).hexdigest()
-
-
-def _event_append(*, task: Task, action: str, from_state: str, actor: User | None, label: str,
-                  reason: str, data: dict, at: datetime.datetime) -> TaskEvent:
-    """Append the event of a change already applied to task (its new state and version)."""
-    previous = (
-        TaskEvent.objects.filter(task=task).order_by("-version").values_list("hash", flat=True)
-        .first()
-    ) or GENESIS_HASH
-    return TaskEvent.objects.create(
-        task=task, version=task.version, action=action, from_state=from_state,
-        to_state=task.state, actor=actor, actor_label=label, reason=reason, data=data, at=at,
-        prev_hash=previous,
-        hash=event_hash(prev_hash=previous, task_id=str(task.pk), version=task.version,
-                        action=action, from_state=from_state, to_state=task.state,
-                        actor=label, reason=reason, data=data, at=at),
-    )
-
-
-def events_verify(*, task: Task) -> str | None:
-    """Return a description of the first broken link in the task's history, or None."""
-    previous = GENESIS_HASH
-    for expected_version, event in enumerate(task.events.order_by("version"), start=1):
-        if event.version != expected_version:
-            return f"event version {event.version} where {expected_version} was expected"
-        if event.prev_hash != previous:
-            return f"event v{event.version} ({event.action}) does not follow the one before"
-        recomputed = event_hash(
-            prev_hash=event.prev_hash, task_id=str(task.pk), version=event.version,
-            action=event.action, from_state=event.from_state, to_state=event.to_state,
-            actor=event.actor_label, reason=event.reason, data=event.data, at=event.at,
-        )
-        if recomputed != event.hash:
-            return f"event v{event.version} ({event.action}) was altered after it was written"
-        previous = event.hash
-    return None

@@ -6,13 +6,12 @@ to the task page saying why, a done one says so and moves on.
 """
 
 from collections.abc import Callable
-from functools import wraps
 from typing import Any
 
 from django.contrib import messages
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect
-from django.views.decorators.http import require_POST
+from django.views.decorators.http import require_http_methods
 
 from config.errors import InboxError, NotFound
 from inbox.models import Task
@@ -43,30 +42,50 @@ def to_home(request: HttpRequest, task: Task) -> HttpResponse:
     return redirect("inbox:home")
 
 
-def task_action(*, done: str = "", then: Then = to_task) -> Callable[[Perform], Callable]:
-    """Make a POST view of one task action from perform(request, task_id).
+def posted(name: str) -> Callable[[HttpRequest], str]:
+    """Return a reader of one posted field (blank when absent)."""
+    return lambda request: request.POST.get(name, "")
+
+
+def calls(service: Callable[..., Task], *, actor: str = "worker",
+          **fields: Callable[[HttpRequest], Any]) -> Perform:
+    """Return a perform that calls service as the signed-in user (the keyword actor) on the
+    task, with the page's version and each field read from the request by its reader."""
+
+    def perform(request: HttpRequest, task_id: Any) -> Task:
+        return service(**{actor: request.user}, task_id=task_id,
+                       expected_version=posted_version(request),
+                       **{name: read(request) for name, read in fields.items()})
+
+    return perform
+
+
+def task_action(perform: Perform, *, done: str = "", then: Then = to_task,
+                form: Callable[..., HttpResponse] | None = None
+                ) -> Callable[[HttpRequest, Any], HttpResponse]:
+    """Make the view of one task action from perform(request, task_id).
 
     perform calls one service and returns the task it changed, or a response of its own
     (a form to show again). done is the message on success, formatted with the task and
     the posted data (``{task.title}``, ``{post[clock]}``); then says where to go next.
+    POST only, unless form is given: then GET shows form(request, task_id), the action's
+    page of its own for a browser without JavaScript.
     """
 
-    def decorate(perform: Perform) -> Callable[[HttpRequest, Any], HttpResponse]:
-        @require_POST
-        @wraps(perform)
-        def view(request: HttpRequest, task_id: Any) -> HttpResponse:
-            try:
-                outcome = perform(request, task_id)
-            except NotFound:
-                raise Http404("No such task.") from None
-            except InboxError as exc:
-                return refused(request, task_id, exc)
-            if isinstance(outcome, HttpResponse):
-                return outcome
-            if done:
-                messages.success(request, done.format(task=outcome, post=request.POST))
-            return then(request, outcome)
+    @require_http_methods(["GET", "HEAD", "POST"] if form else ["POST"])
+    def view(request: HttpRequest, task_id: Any) -> HttpResponse:
+        if request.method != "POST":
+            return form(request, task_id)
+        try:
+            outcome = perform(request, task_id)
+        except NotFound:
+            raise Http404("No such task.") from None
+        except InboxError as exc:
+            return refused(request, task_id, exc)
+        if isinstance(outcome, HttpResponse):
+            return outcome
+        if done:
+            messages.success(request, done.format(task=outcome, post=request.POST))
+        return then(request, outcome)
 
-        return view
-
-    return decorate
+    return view

@@ -11,7 +11,7 @@ from uuid import UUID
 from django.contrib import messages
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
-from django.views.decorators.http import require_http_methods, require_POST, require_safe
+from django.views.decorators.http import require_POST, require_safe
 
 from accounts.models import Dispatch
 from accounts.selectors import user_roles
@@ -19,7 +19,7 @@ from config.errors import Conflict, NotFound
 from inbox.answer_form import answer_from_post, bound_fields
 from inbox.lifecycle import transition_problem
 from inbox.models import Task, TaskState
-from inbox.page_actions import posted_version, refused, task_action, to_home
+from inbox.page_actions import calls, posted, posted_version, refused, task_action, to_home
 from inbox.selectors import (
     UnknownForm,
     access_task,
@@ -88,16 +88,15 @@ def _open_next(request: HttpRequest, task: Task) -> HttpResponse:
     return redirect("inbox:task", task_id=task.pk)
 
 
-@task_action(done="Completed: {task.title}.", then=_open_next)
-def task_complete(request: HttpRequest, task_id: UUID) -> Task | HttpResponse:
-    """Complete the held task with the posted answer, then open the next task.
+def _complete(request: HttpRequest, task_id: UUID) -> Task | HttpResponse:
+    """Complete the held task with the posted answer.
 
     A bad answer changes nothing: the page comes back with each error at its field.
     """
     task = _visible_task(request, task_id)
+    form = task_form(task=task)
+    answer = answer_from_post(form, request.POST)
     try:
-        form = task_form(task=task)
-        answer = answer_from_post(form, request.POST)
         return worker.task_complete(worker=request.user, task_id=task.pk, answer=answer,
                                     expected_version=posted_version(request))
     except FormInvalid as exc:
@@ -109,66 +108,23 @@ def task_complete(request: HttpRequest, task_id: UUID) -> Task | HttpResponse:
         return task_page(request, task, values=answer, errors=exc.errors, status=400)
 
 
-@task_action(done="Rejected: {task.title}.", then=_open_next)
-def _reject(request: HttpRequest, task_id: UUID) -> Task:
-    return worker.task_reject(worker=request.user, task_id=task_id,
-                              reason=request.POST.get("reason", ""),
-                              expected_version=posted_version(request))
+# Each action: the service it calls with what the page posts, what it says, where it goes.
+task_complete = task_action(_complete, done="Completed: {task.title}.", then=_open_next)
+task_reject = task_action(
+    calls(worker.task_reject, reason=posted("reason")), done="Rejected: {task.title}.",
+    then=_open_next, form=lambda request, task_id: _reason_page(request, task_id, "reject"))
+task_release = task_action(
+    calls(worker.task_release, reason=posted("reason")),
+    done="Released: {task.title}. It is back in its queue.", then=to_home)
+task_claim = task_action(calls(worker.task_claim))
+task_accept = task_action(calls(worker.task_accept), done="Accepted. The work clock is running.")
+task_decline = task_action(
+    calls(worker.task_decline, reason=posted("reason")),
+    done="Declined: {task.title}. It will be offered to someone else.", then=to_home,
+    form=lambda request, task_id: _reason_page(request, task_id, "decline"))
 
 
-@require_http_methods(["GET", "HEAD", "POST"])
-def task_reject(request: HttpRequest, task_id: UUID) -> HttpResponse:
-    """Reject the held task with the posted reason, then open the next task.
-
-    GET shows the reason form on a page of its own: the task page's r opens the same form
-    in a dialog, and without JavaScript its Reject link comes here.
-    """
-    if request.method != "POST":
-        return _reason_page(request, task_id, kind="reject")
-    return _reject(request, task_id)
-
-
-@task_action(done="Released: {task.title}. It is back in its queue.", then=to_home)
-def task_release(request: HttpRequest, task_id: UUID) -> Task:
-    """Give the held task back to its queue and go home (taking next would take it again)."""
-    return worker.task_release(worker=request.user, task_id=task_id,
-                               reason=request.POST.get("reason", ""),
-                               expected_version=posted_version(request))
-
-
-@task_action()
-def task_claim(request: HttpRequest, task_id: UUID) -> Task:
-    """Take this queued task of a pull queue and open it."""
-    return worker.task_claim(worker=request.user, task_id=task_id,
-                             expected_version=posted_version(request))
-
-
-@task_action(done="Accepted. The work clock is running.")
-def task_accept(request: HttpRequest, task_id: UUID) -> Task:
-    """Accept the offer and open the task to work on it."""
-    return worker.task_accept(worker=request.user, task_id=task_id,
-                              expected_version=posted_version(request))
-
-
-@task_action(done="Declined: {task.title}. It will be offered to someone else.", then=to_home)
-def _decline(request: HttpRequest, task_id: UUID) -> Task:
-    return worker.task_decline(worker=request.user, task_id=task_id,
-                               reason=request.POST.get("reason", ""),
-                               expected_version=posted_version(request))
-
-
-@require_http_methods(["GET", "HEAD", "POST"])
-def task_decline(request: HttpRequest, task_id: UUID) -> HttpResponse:
-    """Decline the offer with the posted reason; it goes to someone else.
-
-    GET shows the reason form on a page of its own (see task_reject).
-    """
-    if request.method != "POST":
-        return _reason_page(request, task_id, kind="decline")
-    return _decline(request, task_id)
-
-
-def _reason_page(request: HttpRequest, task_id: UUID, *, kind: str) -> HttpResponse:
+def _reason_page(request: HttpRequest, task_id: UUID, kind: str) -> HttpResponse:
     """Render the reject or decline reason form alone, for the task's holder.
 
     A task the user may not see is a 404; one they do not hold, or that is no longer in the

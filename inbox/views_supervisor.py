@@ -21,7 +21,7 @@ from accounts.models import User
 from config.errors import InboxError, NotFound
 from inbox import board, timeline
 from inbox.models import OPEN_STATES, Task, TaskState
-from inbox.page_actions import posted_version, task_action
+from inbox.page_actions import calls, posted, task_action
 from inbox.selectors import access_task, visible_tasks
 from inbox.services import supervisor
 
@@ -120,39 +120,29 @@ def _timeline(task: Task) -> dict[str, Any]:
             "url": reverse("inbox:task-timeline", args=[task.pk])}
 
 
-@task_action(done="Reassigned to {task.assignee.email}: {task.title}.")
-def task_reassign(request: HttpRequest, task_id: UUID) -> Task:
-    """Give the task to the chosen eligible worker."""
-    return supervisor.task_reassign(supervisor=request.user, task_id=task_id,
-                                    worker=_worker(request.POST.get("worker", "")),
-                                    reason=request.POST.get("reason", ""),
-                                    expected_version=posted_version(request))
+def _posted_worker(request: HttpRequest) -> User:
+    return _worker(request.POST.get("worker", ""))
 
 
-@task_action(done="Returned to the queue: {task.title}.")
-def task_return(request: HttpRequest, task_id: UUID) -> Task:
-    """Put the task back in its queue."""
-    return supervisor.task_return(supervisor=request.user, task_id=task_id,
-                                  reason=request.POST.get("reason", ""),
-                                  expected_version=posted_version(request))
+def _posted_seconds(request: HttpRequest) -> int:
+    return _minutes(request) * 60
 
 
-@task_action(done="Extended the {post[clock]} clock: {task.title}.")
-def task_extend(request: HttpRequest, task_id: UUID) -> Task:
-    """Move one of the task's running clocks later by the posted minutes."""
-    return supervisor.task_extend(supervisor=request.user, task_id=task_id,
-                                  clock=request.POST.get("clock", ""),
-                                  seconds=_minutes(request) * 60,
-                                  reason=request.POST.get("reason", ""),
-                                  expected_version=posted_version(request))
-
-
-@task_action(done="Aborted: {task.title}.")
-def task_abort(request: HttpRequest, task_id: UUID) -> Task:
-    """Abort the task: its execution hears it timed out, with the reason."""
-    return supervisor.task_abort(supervisor=request.user, task_id=task_id,
-                                 reason=request.POST.get("reason", ""),
-                                 expected_version=posted_version(request))
+# Each action: the service it calls with what the page posts, and what it says.
+task_reassign = task_action(
+    calls(supervisor.task_reassign, actor="supervisor", worker=_posted_worker,
+          reason=posted("reason")),
+    done="Reassigned to {task.assignee.email}: {task.title}.")
+task_return = task_action(
+    calls(supervisor.task_return, actor="supervisor", reason=posted("reason")),
+    done="Returned to the queue: {task.title}.")
+task_extend = task_action(
+    calls(supervisor.task_extend, actor="supervisor", clock=posted("clock"),
+          seconds=_posted_seconds, reason=posted("reason")),
+    done="Extended the {post[clock]} clock: {task.title}.")
+task_abort = task_action(
+    calls(supervisor.task_abort, actor="supervisor", reason=posted("reason")),
+    done="Aborted: {task.title}.")
 
 
 @require_POST

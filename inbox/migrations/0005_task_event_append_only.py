@@ -1,6 +1,6 @@
 """On PostgreSQL, refuse every UPDATE and DELETE of a task event: history is append-only.
 
-The hash chain (inbox.lifecycle) makes an edit evident; this trigger makes one impossible
+The hash chain (inbox.history) makes an edit evident; this trigger makes one impossible
 for the application's database role, short of disabling the trigger (which needs the
 table's owner, and leaves the hash chain to tell). TRUNCATE is not covered: test runs
 flush tables with it. SQLite (development and the default test run) has no such trigger.

@@ -38,14 +38,13 @@ from inbox.redaction import REDACTED, redact
 from inbox.services.clock import heartbeat_interval
 from inbox.tokens import token_digest, token_encrypt
 from processes import aws
+from processes.contract import HUMAN_TASK, PROCESS_FAILURE
 from processes.envelope import envelope_problems
 from processes.forms import form_for
 from processes.spec import MAX_SECONDS
 
 logger = logging.getLogger(__name__)
 
-HUMAN_TASK = "human-task/v1"
-PROCESS_FAILURE = "process-failure/v1"
 # The schema's own pattern: a readable execution ARN is worth keeping on an IntakeError.
 _EXECUTION_ARN = re.compile(r"^arn:aws[a-zA-Z-]*:states:[^:]+:[0-9]{12}:execution:[^:]+:[^:]+$")
 _EXECUTION_MAX = 2048

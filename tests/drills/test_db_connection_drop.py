@@ -11,6 +11,7 @@ import pytest
 from django.db import InterfaceError, OperationalError, connection
 
 from inbox import lifecycle
+from inbox.history import events_verify
 from inbox.models import Outbox, Task, TaskEvent, TaskState
 from inbox.services.worker import task_complete, task_take_next
 from tests.drills.conftest import backend_pid
@@ -44,7 +45,7 @@ def test_a_connection_killed_mid_transition_leaves_nothing_half_applied(
     make_task()
     task = task_take_next(worker=worker)
     before = _snapshot(task)
-    real_append = lifecycle._event_append
+    real_append = lifecycle.event_append
     killed: list[int] = []
 
     def append_then_die(**kwargs):
@@ -57,11 +58,11 @@ def test_a_connection_killed_mid_transition_leaves_nothing_half_applied(
             _terminate(killed[-1])
         return event
 
-    monkeypatch.setattr(lifecycle, "_event_append", append_then_die)
+    monkeypatch.setattr(lifecycle, "event_append", append_then_die)
     with pytest.raises((OperationalError, InterfaceError)):
         task_complete(worker=worker, task_id=task.pk, answer=APPROVE,
                                expected_version=task.version)
-    monkeypatch.setattr(lifecycle, "_event_append", real_append)
+    monkeypatch.setattr(lifecycle, "event_append", real_append)
 
     connection.close()  # what Django does at the end of the failed request
     assert backend_pid() != killed[0]
@@ -70,4 +71,4 @@ def test_a_connection_killed_mid_transition_leaves_nothing_half_applied(
                                   expected_version=task.version)
     assert (done.state, done.version) == (TaskState.COMPLETING, task.version + 1)
     assert Outbox.objects.filter(task=task).count() == 1
-    assert lifecycle.events_verify(task=done) is None
+    assert events_verify(task=done) is None

@@ -21,7 +21,7 @@ from django.utils import timezone
 
 from accounts.roles import Role
 from accounts.services import skill_ensure
-from inbox.lifecycle import GENESIS_HASH
+from inbox.history import GENESIS_HASH
 from inbox.models import IntakeError, ProcessFailure, Task, TaskEvent, TaskState
 from inbox.services import intake as intake_module
 from inbox.services.admin import intake_redrive

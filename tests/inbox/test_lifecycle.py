@@ -3,6 +3,7 @@ from django.db import DatabaseError, connection, transaction
 
 from config.errors import Conflict, NotFound
 from inbox import lifecycle
+from inbox.history import events_verify
 from inbox.models import Outbox, OutboxKind, TaskEvent, TaskState
 from inbox.selectors import access_task
 from inbox.services.dispatcher import task_dispatch
@@ -87,7 +88,7 @@ def test_every_transition_is_recorded_with_a_chained_hash(make_task, make_worker
     ]
     assert events[2].actor == worker and events[2].reason == "lunch"
     assert events[1].prev_hash == events[0].hash and events[2].prev_hash == events[1].hash
-    assert lifecycle.events_verify(task=task) is None
+    assert events_verify(task=task) is None
 
 
 
@@ -110,14 +111,14 @@ def test_the_database_refuses_to_change_or_delete_an_event(make_task):
             with transaction.atomic():
                 attempt()
     assert TaskEvent.objects.get(pk=event.pk).reason == event.reason
-    assert lifecycle.events_verify(task=task) is None
+    assert events_verify(task=task) is None
 
 def test_a_tampered_event_is_found(make_task, make_worker):
     worker = make_worker({"invoice-review": 3})
     make_task()
     task = task_take_next(worker=worker)
     tamper(TaskEvent.objects.filter(task=task, version=1), reason="edited later")
-    assert lifecycle.events_verify(task=task) == (
+    assert events_verify(task=task) == (
         "event v1 (receive) was altered after it was written")
 
 

@@ -18,7 +18,8 @@ from accounts.roles import Role
 from config.errors import Conflict
 from inbox import effects
 from inbox.effects import TASK_NAMES
-from inbox.lifecycle import TRANSITIONS, events_verify, transition
+from inbox.history import events_verify
+from inbox.lifecycle import TRANSITIONS, transition
 from inbox.models import HELD_STATES, Outbox, Task, TaskEvent, TaskState
 
 ROOT = Path(__file__).resolve().parents[2]

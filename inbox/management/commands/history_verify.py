@@ -2,7 +2,7 @@
 
 from django.core.management.base import BaseCommand, CommandError
 
-from inbox.lifecycle import events_verify
+from inbox.history import events_verify
 from inbox.models import Task
 
 
