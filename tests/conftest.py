@@ -1,3 +1,4 @@
+import datetime
 import os
 import subprocess
 import sys
@@ -11,6 +12,7 @@ import pytest
 from django.conf import settings
 from django.db import connection
 from django.test import Client
+from django.utils import timezone
 
 from accounts.models import Dispatch, User
 from accounts.roles import Role
@@ -96,6 +98,31 @@ def emulator() -> Iterator[str]:
             process.kill()
 
 
+class Clock:
+    """A clock that stands still until the test moves it."""
+
+    def __init__(self, start: datetime.datetime) -> None:
+        self.now = start
+
+    def __call__(self) -> datetime.datetime:
+        return self.now
+
+    def advance(self, **delta: float) -> datetime.datetime:
+        self.now += datetime.timedelta(**delta)
+        return self.now
+
+
+@pytest.fixture
+def clock(monkeypatch) -> Clock:
+    """Stop django.utils.timezone.now, which every service reads, at a whole second.
+
+    Tests move it with clock.advance(seconds=...) instead of sleeping.
+    """
+    controlled = Clock(timezone.now().replace(microsecond=0))
+    monkeypatch.setattr(timezone, "now", controlled)
+    return controlled
+
+
 @pytest.fixture
 def make_user(db):
     """Return a function that creates a user with roles through the real service."""
@@ -168,6 +195,12 @@ def worker(make_worker, review_skill):
 def supervisor(make_worker, review_skill):
     """A supervisor who also reviews invoices at proficiency 3."""
     return make_worker({"invoice-review": 3}, roles=(Role.SUPERVISOR,))
+
+
+@pytest.fixture
+def admin(make_user) -> User:
+    """An admin (who manages skills and users, and may supervise every task)."""
+    return make_user(roles=(Role.ADMIN,))
 
 
 @pytest.fixture

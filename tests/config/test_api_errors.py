@@ -9,9 +9,9 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def admin_api(make_user) -> APIClient:
+def admin_api(admin) -> APIClient:
     client = APIClient()
-    client.force_authenticate(make_user(roles=(Role.ADMIN,)))
+    client.force_authenticate(admin)
     return client
 
 

@@ -57,35 +57,6 @@ ESCALATING = {"onTimeout": "escalate",
 # Fixtures and helpers ---------------------------------------------------------------------
 
 
-class Clock:
-    """A clock that stands still until the test moves it."""
-
-    def __init__(self, start: datetime.datetime) -> None:
-        self.now = start
-
-    def __call__(self) -> datetime.datetime:
-        return self.now
-
-    def advance(self, **delta: float) -> datetime.datetime:
-        self.now += datetime.timedelta(**delta)
-        return self.now
-
-
-@pytest.fixture
-def clock(monkeypatch) -> Clock:
-    """Stop django.utils.timezone.now, which every service reads, at a whole second."""
-    controlled = Clock(timezone.now().replace(microsecond=0))
-    monkeypatch.setattr(timezone, "now", controlled)
-    return controlled
-
-
-@pytest.fixture
-def boss(make_worker, review_skill):
-    """A supervisor of invoice reviews (holding the skill is what makes them its supervisor)."""
-    return make_worker({"invoice-review": 1}, roles=(Role.SUPERVISOR,),
-                       email="boss@example.com")
-
-
 def _seconds(**delta: float) -> datetime.timedelta:
     return datetime.timedelta(**delta)
 
@@ -221,7 +192,7 @@ def test_nothing_is_due_before_its_deadline_and_each_clock_fires_at_its_deadline
 
 
 def test_sweeping_twice_for_the_same_due_set_applies_each_timeout_once(
-    make_task, make_worker, check_skill, boss
+    make_task, make_worker, check_skill, supervisor
 ):
     """A second sweep at the same moment finds nothing left to do: no event, no outbox row twice."""
     worker = make_worker({"invoice-review": 3, "document-check": 3})
@@ -519,7 +490,7 @@ def test_overall_timeout_makes_the_execution_follow_its_timed_out_path(
 
 
 def test_escalate_policy_hands_the_task_to_the_supervisors_of_its_skill(
-    make_task, make_worker, boss, approval_skill, eager_celery,
+    make_task, make_worker, supervisor, approval_skill, eager_celery,
     django_capture_on_commit_callbacks
 ):
     """Escalated: nobody holds it, the escalation clock runs, and its supervisors get a mail.
@@ -528,7 +499,7 @@ def test_escalate_policy_hands_the_task_to_the_supervisors_of_its_skill(
     eager, so the mail is sent by the real notify_task.
     """
     other_boss = make_worker({"finance-approval": 3}, roles=(Role.SUPERVISOR,),
-                             email="other-boss@example.com")
+                             email="other-supervisor@example.com")
     ana = make_worker({"invoice-review": 3}, email="ana@example.com")
     make_task(title="Review invoice INV-5", **ESCALATING)
     task = task_take_next(worker=ana)
@@ -543,14 +514,14 @@ def test_escalate_policy_hands_the_task_to_the_supervisors_of_its_skill(
     assert _last_event(task).action == "escalate"
     assert not Outbox.objects.filter(task=task).exists()
     assert [(m.to, m.subject) for m in mail.outbox] == [
-        (["boss@example.com"], "Escalated: Review invoice INV-5")]
-    assert list(supervised_tasks(supervisor=boss, escalated=True)) == [task]
-    assert list(supervised_tasks(supervisor=boss, overdue=True)) == [task]
+        ([supervisor.email], "Escalated: Review invoice INV-5")]
+    assert list(supervised_tasks(supervisor=supervisor, escalated=True)) == [task]
+    assert list(supervised_tasks(supervisor=supervisor, overdue=True)) == [task]
     assert not supervised_tasks(supervisor=other_boss, escalated=True).exists()
 
 
 def test_a_supervisor_reassigns_an_escalated_task_and_the_new_worker_completes_it(
-    make_task, make_worker, boss
+    make_task, make_worker, supervisor
 ):
     """Reassigned to a named worker, who holds it on a fresh work clock and completes it."""
     cleo = make_worker({"invoice-review": 2}, email="cleo@example.com")
@@ -558,14 +529,14 @@ def test_a_supervisor_reassigns_an_escalated_task_and_the_new_worker_completes_i
     deadlines_sweep(now=task.overall_deadline + _seconds(seconds=1))
     escalated = _fresh(task)
 
-    reassigned = task_reassign(supervisor=boss, task_id=task.pk, worker=cleo,
+    reassigned = task_reassign(supervisor=supervisor, task_id=task.pk, worker=cleo,
                                            reason="Cleo knows this supplier")
     assert (reassigned.state, reassigned.assignee) == (TaskState.IN_PROGRESS, cleo)
     assert reassigned.work_deadline is not None
     assert reassigned.overall_deadline == escalated.overall_deadline  # escalation clock on
     event = _last_event(reassigned)
     assert (event.action, event.actor, event.reason, event.data) == (
-        "reassign", boss, "Cleo knows this supplier", {"worker": "cleo@example.com"})
+        "reassign", supervisor, "Cleo knows this supplier", {"worker": "cleo@example.com"})
 
     done = task_complete(worker=cleo, task_id=task.pk, answer=APPROVE)
     assert done.state == TaskState.COMPLETING
@@ -573,7 +544,7 @@ def test_a_supervisor_reassigns_an_escalated_task_and_the_new_worker_completes_i
 
 
 def test_reassigning_to_an_ineligible_worker_is_a_conflict_that_says_why(
-    make_task, make_worker, boss, check_skill
+    make_task, make_worker, supervisor, check_skill
 ):
     """No skill, separation of duties, at capacity, not a worker: each refused, nothing changes."""
     no_skill = make_worker({"document-check": 5}, email="noskill@example.com")
@@ -592,17 +563,17 @@ def test_reassigning_to_an_ineligible_worker_is_a_conflict_that_says_why(
         no_skill: "noskill@example.com cannot take this task: .*skill invoice-review",
         reviewer: "reviewer@example.com cannot take this task: Separation of duties",
         busy: r"busy@example.com is at capacity \(1\)",
-        boss: "boss@example.com cannot take this task: Only workers take tasks",
+        supervisor: f"{supervisor.email} cannot take this task: Only workers take tasks",
     }
     for worker, why in refusals.items():
         with pytest.raises(Conflict, match=why):
-            task_reassign(supervisor=boss, task_id=approval.pk, worker=worker,
+            task_reassign(supervisor=supervisor, task_id=approval.pk, worker=worker,
                                       reason="try")
     approval = _fresh(approval)
     assert (approval.state, approval.version) == (TaskState.ESCALATED, version)
 
 
-def test_when_the_escalation_clock_also_runs_out_the_task_aborts(make_task, boss):
+def test_when_the_escalation_clock_also_runs_out_the_task_aborts(make_task, supervisor):
     """Escalation happens once; at the end of its clock the task is aborted (TimedOut)."""
     task = make_task(**ESCALATING)
     first = task.overall_deadline + _seconds(seconds=1)
@@ -624,16 +595,16 @@ def test_when_the_escalation_clock_also_runs_out_the_task_aborts(make_task, boss
 
 @pytest.mark.parametrize("handling", ["reassign", "return"])
 def test_an_escalated_task_handled_but_unfinished_aborts_when_the_escalation_clock_runs_out(
-    handling, make_task, make_worker, boss
+    handling, make_task, make_worker, supervisor
 ):
     """Once escalated, a task is never escalated again: reassigned or returned, it aborts."""
     cleo = make_worker({"invoice-review": 2})
     task = make_task(**ESCALATING)
     deadlines_sweep(now=task.overall_deadline + _seconds(seconds=1))
     if handling == "reassign":
-        task_reassign(supervisor=boss, task_id=task.pk, worker=cleo, reason="go")
+        task_reassign(supervisor=supervisor, task_id=task.pk, worker=cleo, reason="go")
     else:
-        task_return(supervisor=boss, task_id=task.pk, reason="anyone")
+        task_return(supervisor=supervisor, task_id=task.pk, reason="anyone")
     escalation_deadline = _fresh(task).overall_deadline
 
     deadlines_sweep(now=escalation_deadline + _seconds(seconds=1))
@@ -651,8 +622,8 @@ def test_document_check_escalates_and_a_reassigned_clerk_completes_it_on_the_emu
 ):
     """The document-check process (on_timeout: escalate) end to end: the execution succeeds."""
     process_deploy(text=(SPECS / "document-check.yaml").read_text(), source="document-check")
-    boss = make_worker({"document-check": 1}, roles=(Role.SUPERVISOR,),
-                       email="doc-boss@example.com")
+    supervisor = make_worker({"document-check": 1}, roles=(Role.SUPERVISOR,),
+                       email="doc-supervisor@example.com")
     clerk = make_worker({"document-check": 3}, email="clerk@example.com")
     execution, _ = process_start(name="document-check", input={"customer": "Ada Lovelace"},
                                  business_key=unique("CUST-1"))
@@ -661,10 +632,10 @@ def test_document_check_escalates_and_a_reassigned_clerk_completes_it_on_the_emu
 
     assert deadlines_sweep(now=task.overall_deadline + _seconds(seconds=1))["overall"] == 1
     assert notify(kind="escalated", task_id=task.pk) == 1
-    assert mail.outbox[-1].to == ["doc-boss@example.com"]
-    assert [t.pk for t in supervised_tasks(supervisor=boss, escalated=True)] == [
+    assert mail.outbox[-1].to == ["doc-supervisor@example.com"]
+    assert [t.pk for t in supervised_tasks(supervisor=supervisor, escalated=True)] == [
         task.pk]
-    task_reassign(supervisor=boss, task_id=task.pk, worker=clerk,
+    task_reassign(supervisor=supervisor, task_id=task.pk, worker=clerk,
                               reason="Clerk is back")
     task_complete(worker=clerk, task_id=task.pk,
                            answer={"outcome": "valid", "expires_on": "2031-05-01"})
@@ -679,19 +650,19 @@ def test_document_check_escalates_and_a_reassigned_clerk_completes_it_on_the_emu
 # Supervisor actions -----------------------------------------------------------------------
 
 
-def test_a_supervisor_returns_a_held_task_to_its_queue(make_task, make_worker, boss):
+def test_a_supervisor_returns_a_held_task_to_its_queue(make_task, make_worker, supervisor):
     """Back in the queue, free for anyone; the history names the supervisor and the reason."""
     ana = make_worker({"invoice-review": 3})
     make_task()
     task = task_take_next(worker=ana)
-    returned = task_return(supervisor=boss, task_id=task.pk, reason="Ana is ill")
+    returned = task_return(supervisor=supervisor, task_id=task.pk, reason="Ana is ill")
     assert (returned.state, returned.assignee, returned.work_deadline) == (
         TaskState.QUEUED, None, None)
     event = _last_event(returned)
-    assert (event.action, event.actor, event.reason) == ("return", boss, "Ana is ill")
+    assert (event.action, event.actor, event.reason) == ("return", supervisor, "Ana is ill")
 
 
-def test_a_supervisor_extends_each_running_clock(make_task, make_worker, boss, check_skill):
+def test_a_supervisor_extends_each_running_clock(make_task, make_worker, supervisor, check_skill):
     """Extending moves the deadline by the seconds; the old deadline is then not due."""
     worker = make_worker({"invoice-review": 3, "document-check": 3})
     boss_of_checks = make_worker({"document-check": 1}, roles=(Role.SUPERVISOR,))
@@ -708,9 +679,9 @@ def test_a_supervisor_extends_each_running_clock(make_task, make_worker, boss, c
     make_task()
     held = task_take_next(worker=worker)
     old_work, old_overall = held.work_deadline, held.overall_deadline
-    held = task_extend(supervisor=boss, task_id=held.pk, clock="work",
+    held = task_extend(supervisor=supervisor, task_id=held.pk, clock="work",
                                    seconds=900, reason="long invoice")
-    held = task_extend(supervisor=boss, task_id=held.pk, clock="overall",
+    held = task_extend(supervisor=supervisor, task_id=held.pk, clock="overall",
                                    seconds=3600, reason="supplier on holiday")
     assert held.work_deadline == old_work + _seconds(seconds=900)
     assert held.overall_deadline == old_overall + _seconds(seconds=3600)
@@ -718,18 +689,18 @@ def test_a_supervisor_extends_each_running_clock(make_task, make_worker, boss, c
     assert _actions(held)[-2:] == ["extend_work", "extend_overall"]
 
 
-def test_extending_a_clock_that_is_not_running_is_a_conflict(make_task, make_worker, boss):
+def test_extending_a_clock_that_is_not_running_is_a_conflict(make_task, make_worker, supervisor):
     """A queued task has no offer or work clock; extending one changes nothing."""
     task = make_task()
     for clock_name in ("offer", "work"):
         with pytest.raises(Conflict, match=f"The {clock_name} clock of this task is not running"):
-            task_extend(supervisor=boss, task_id=task.pk, clock=clock_name,
+            task_extend(supervisor=supervisor, task_id=task.pk, clock=clock_name,
                                     seconds=60, reason="more time")
     assert _fresh(task).version == 1 and _actions(task) == ["receive"]
 
 
 def test_extending_never_puts_back_a_state_the_task_has_left(
-    make_task, make_worker, boss, monkeypatch
+    make_task, make_worker, supervisor, monkeypatch
 ):
     """A task reassigned between the extension's read and its write is not escalated again.
 
@@ -744,26 +715,26 @@ def test_extending_never_puts_back_a_state_the_task_has_left(
     def read_then_someone_reassigns(**kwargs):
         seen = real_access_task(**kwargs)
         monkeypatch.setattr(supervisor_service, "access_task", real_access_task)
-        task_reassign(supervisor=boss, task_id=seen.pk, worker=cleo,
+        task_reassign(supervisor=supervisor, task_id=seen.pk, worker=cleo,
                                   reason="Cleo takes it")
         return seen
 
     monkeypatch.setattr(supervisor_service, "access_task", read_then_someone_reassigns)
     with pytest.raises(Conflict, match="changed since you loaded it"):
-        task_extend(supervisor=boss, task_id=task.pk, clock="overall",
+        task_extend(supervisor=supervisor, task_id=task.pk, clock="overall",
                                 seconds=600, reason="more time")
     task = _fresh(task)
     assert (task.state, task.assignee) == (TaskState.IN_PROGRESS, cleo)
 
 
-def test_a_supervisor_aborts_with_a_reason_that_becomes_the_cause(make_task, boss):
+def test_a_supervisor_aborts_with_a_reason_that_becomes_the_cause(make_task, supervisor):
     """Abort sends HumanTask.TimedOut with the supervisor's reason as the cause."""
     task = make_task()
-    aborted = task_abort(supervisor=boss, task_id=task.pk,
+    aborted = task_abort(supervisor=supervisor, task_id=task.pk,
                                         reason="Supplier went bankrupt")
     assert aborted.state == TaskState.ABORTING
     event = _last_event(aborted)
-    assert (event.action, event.actor, event.reason) == ("abort", boss,
+    assert (event.action, event.actor, event.reason) == ("abort", supervisor,
                                                         "Supplier went bankrupt")
     outbox = Outbox.objects.get(task=task)
     assert (outbox.kind, outbox.error, outbox.cause) == (
@@ -771,24 +742,24 @@ def test_a_supervisor_aborts_with_a_reason_that_becomes_the_cause(make_task, bos
 
 
 ACTIONS = {
-    "reassign": lambda boss, task, worker, reason: task_reassign(
-        supervisor=boss, task_id=task.pk, worker=worker, reason=reason),
-    "return": lambda boss, task, worker, reason: task_return(
-        supervisor=boss, task_id=task.pk, reason=reason),
-    "extend": lambda boss, task, worker, reason: task_extend(
-        supervisor=boss, task_id=task.pk, clock="overall", seconds=60, reason=reason),
-    "abort": lambda boss, task, worker, reason: task_abort(
-        supervisor=boss, task_id=task.pk, reason=reason),
+    "reassign": lambda supervisor, task, worker, reason: task_reassign(
+        supervisor=supervisor, task_id=task.pk, worker=worker, reason=reason),
+    "return": lambda supervisor, task, worker, reason: task_return(
+        supervisor=supervisor, task_id=task.pk, reason=reason),
+    "extend": lambda supervisor, task, worker, reason: task_extend(
+        supervisor=supervisor, task_id=task.pk, clock="overall", seconds=60, reason=reason),
+    "abort": lambda supervisor, task, worker, reason: task_abort(
+        supervisor=supervisor, task_id=task.pk, reason=reason),
 }
 
 
 @pytest.mark.parametrize("action", ACTIONS)
-def test_every_supervisor_action_needs_a_reason(action, make_task, make_worker, boss):
+def test_every_supervisor_action_needs_a_reason(action, make_task, make_worker, supervisor):
     """Without a reason nothing changes: every action is recorded with why."""
     cleo = make_worker({"invoice-review": 2})
     task = make_task()
     with pytest.raises(Conflict, match="Say why"):
-        ACTIONS[action](boss, task, cleo, "   ")
+        ACTIONS[action](supervisor, task, cleo, "   ")
     assert _fresh(task).version == 1
 
 
@@ -803,13 +774,13 @@ def test_a_worker_cannot_use_supervisor_actions(action, make_task, make_worker):
     assert _fresh(task).version == 1
 
 
-def test_bulk_applies_an_action_to_each_task_and_reports_each_outcome(make_task, boss):
+def test_bulk_applies_an_action_to_each_task_and_reports_each_outcome(make_task, supervisor):
     """One task that cannot be changed does not stop the others; each gets its own outcome."""
     first, closed, last = make_task(), make_task(), make_task()
-    task_abort(supervisor=boss, task_id=closed.pk, reason="duplicate")
+    task_abort(supervisor=supervisor, task_id=closed.pk, reason="duplicate")
     missing = uuid.uuid4()
     outcomes = tasks_bulk(
-        supervisor=boss, task_ids=[first.pk, closed.pk, missing, "not-an-id", last.pk],
+        supervisor=supervisor, task_ids=[first.pk, closed.pk, missing, "not-an-id", last.pk],
         action=task_extend, clock="overall", seconds=3600, reason="audit week",
     )
     assert outcomes == {
@@ -823,13 +794,13 @@ def test_bulk_applies_an_action_to_each_task_and_reports_each_outcome(make_task,
         assert _actions(_fresh(task)) == ["receive", "extend_overall"]
 
 
-def test_bulk_return_of_a_selection(make_task, make_worker, boss):
+def test_bulk_return_of_a_selection(make_task, make_worker, supervisor):
     """Returning several held tasks in bulk frees each one."""
     ana = make_worker({"invoice-review": 3})
     for _ in range(3):
         make_task()
     held = [task_take_next(worker=ana) for _ in range(3)]
-    outcomes = tasks_bulk(supervisor=boss, task_ids=[t.pk for t in held],
+    outcomes = tasks_bulk(supervisor=supervisor, task_ids=[t.pk for t in held],
                                       action=task_return, reason="Ana left")
     assert set(outcomes.values()) == {"ok"}
     assert {_fresh(t).state for t in held} == {TaskState.QUEUED}
@@ -850,11 +821,11 @@ def test_an_offer_notice_for_an_offer_already_answered_is_not_sent(
 
 
 def test_an_escalation_notice_for_a_task_already_handled_is_not_sent(make_task, make_worker,
-                                                                    boss):
+                                                                    supervisor):
     """Supervisors are not told of an escalation another supervisor has already dealt with."""
     task = make_task(**ESCALATING)
     deadlines_sweep(now=task.overall_deadline + _seconds(seconds=1))
-    task_return(supervisor=boss, task_id=task.pk, reason="back to the pool")
+    task_return(supervisor=supervisor, task_id=task.pk, reason="back to the pool")
     assert notify(kind="escalated", task_id=task.pk) == 0
     assert mail.outbox == []
 
@@ -951,11 +922,11 @@ def test_no_heartbeat_is_sent_before_it_is_due(clock, make_task):
     assert _fresh(task).next_heartbeat_at == clock.now + _seconds(seconds=10)
 
 
-def test_closing_a_task_stops_its_heartbeats(make_task, boss):
+def test_closing_a_task_stops_its_heartbeats(make_task, supervisor):
     """Aborted or cancelled, a task has no next heartbeat and the sender passes it by."""
     aborted = make_task(heartbeatSeconds=30)
     cancelled = make_task(heartbeatSeconds=30)
-    task_abort(supervisor=boss, task_id=aborted.pk, reason="duplicate")
+    task_abort(supervisor=supervisor, task_id=aborted.pk, reason="duplicate")
     transition(task_id=cancelled.pk, action="cancel", reason="execution gone")
     assert _fresh(aborted).next_heartbeat_at is None
     assert _fresh(cancelled).next_heartbeat_at is None

@@ -8,7 +8,6 @@ which the emulator cannot do on demand (the test says so).
 import datetime
 import json
 import socket
-import time
 
 import pytest
 from botocore.exceptions import ClientError
@@ -96,12 +95,13 @@ def test_oldest_waiting_age_is_the_oldest_queued_task_of_each_skill(
     assert _value(samples, "inbox_tasks_oldest_waiting_seconds", skill="finance-approval") == 0
 
 
-def test_overdue_counts_a_task_past_its_work_deadline(private_intake, make_task, reviewer):
+def test_overdue_counts_a_task_past_its_work_deadline(private_intake, make_task, reviewer,
+                                                      clock):
     make_task(timeouts={"offer": 300, "work": 1, "overall": 86400})
     make_task()
     task_take_next(worker=reviewer)  # the older one: its work clock is one second
     assert _value(_scrape(), "inbox_tasks_overdue", skill="invoice-review") == 0
-    time.sleep(1.2)
+    clock.advance(seconds=1.2)
     assert _value(_scrape(), "inbox_tasks_overdue", skill="invoice-review") == 1
 
 

@@ -11,9 +11,9 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def admin_browser(make_user) -> Client:
+def admin_browser(admin) -> Client:
     client = Client()
-    client.force_login(make_user(roles=(Role.ADMIN,)))
+    client.force_login(admin)
     return client
 
 

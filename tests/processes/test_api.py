@@ -22,9 +22,9 @@ ENDPOINTS = [
 
 
 @pytest.fixture
-def admin_client(make_user) -> APIClient:
+def admin_client(admin) -> APIClient:
     client = APIClient()
-    client.force_authenticate(make_user(roles=(Role.ADMIN,)))
+    client.force_authenticate(admin)
     return client
 
 
