@@ -7,7 +7,8 @@ from config.errors import Conflict, InboxError
 from inbox import lifecycle
 from inbox.models import Task, TaskState
 from inbox.selectors import access_task
-from processes.forms import Form, form_for, form_validate
+from processes.forms import Form, form_validate
+from processes.selectors import form_for
 
 
 class UnknownForm(InboxError):
