@@ -6,7 +6,6 @@ worker's answer with ``form_validate`` before anything is sent to Step Functions
 """
 
 import datetime
-import functools
 import math
 import re
 from dataclasses import dataclass, field
@@ -269,33 +268,3 @@ def _clean(f: Field, value: Any) -> Any:
         except ValueError:
             raise ValueError("must be a date as YYYY-MM-DD") from None
     raise ValueError(f"unsupported field type {f.type!r}")
-
-
-# Lookup ------------------------------------------------------------------------------
-
-
-def form_for(*, process_name: str, process_version: int, form_name: str) -> Form | None:
-    """Return the form a task of this process version names, or None if it is unknown.
-
-    A deployed version's own forms come first, then the built-in ones; a process that
-    is not deployed here (hand-written ASL) can use built-in forms only.
-    """
-    from processes.models import ProcessVersion
-
-    row = (
-        ProcessVersion.objects.filter(process__name=process_name, version=process_version)
-        .values_list("spec_sha256", "spec_text").first()
-    )
-    if row is not None:
-        form = _spec_forms(row[0], row[1]).get(form_name)
-        if form is not None:
-            return form
-    return BUILTIN_FORMS.get(form_name)
-
-
-@functools.lru_cache(maxsize=256)
-def _spec_forms(sha256: str, text: str) -> dict[str, Form]:
-    """Return a deployed spec's forms; deployed versions never change, so sha256 keys it."""
-    from processes.spec import spec_parse
-
-    return spec_parse(text, source=f"deployed spec {sha256[:12]}").forms

@@ -106,3 +106,17 @@ def test_form_definition_errors_name_the_path():
         "f.yaml: forms.custom.fields[1].type: must be one of text, textarea, number, choice, "
         "checkbox, date, not 'colour'",
     ]
+
+
+def test_form_definitions_import_neither_specs_nor_models():
+    """processes.spec imports processes.forms, so forms must not import spec (a cycle)."""
+    import ast
+    from pathlib import Path
+
+    import processes.forms
+
+    tree = ast.parse(Path(processes.forms.__file__).read_text())
+    imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+    imported |= {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import)
+                 for alias in node.names}
+    assert not {name for name in imported if name.startswith("processes")}
