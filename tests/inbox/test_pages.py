@@ -162,6 +162,29 @@ def test_a_bad_answer_shows_the_error_at_the_field_and_changes_nothing(
     assert not Outbox.objects.exists()
 
 
+def test_a_checkbox_left_unticked_is_not_posted_and_is_refused_when_required(
+    make_task, worker, browser_for
+):
+    make_task(form="acknowledge")
+    task = dispatch.task_take_next(worker=worker)
+    client = browser_for(worker)
+    response = client.post(f"/tasks/{task.pk}/complete/",
+                           {"note": "  seen ", "version": task.version})
+    assert response.status_code == 400
+    html = response.content.decode()
+    checkbox = re.search(r'<input type="checkbox"[^>]*>', html).group(0)
+    assert 'aria-invalid="true"' in checkbox and "autofocus" in checkbox
+    assert " checked" not in checkbox
+    assert '<p class="field-error" id="field-done-error">Required</p>' in html
+    assert re.search(r'<textarea[^>]*>  seen </textarea>', html)  # kept as typed
+    assert messages_of(response) == ["The answer needs another look. Done: required."]
+    response = client.post(f"/tasks/{task.pk}/complete/",
+                           {"done": "true", "note": "  seen ", "version": task.version})
+    assert response.status_code == 302
+    task.refresh_from_db()
+    assert task.answer == {"done": True, "note": "  seen "}
+
+
 def test_complete_opens_the_next_task(make_task, worker, browser_for):
     make_task(title="first")
     make_task(title="second")
