@@ -113,13 +113,17 @@ def test_form_definitions_import_neither_specs_nor_models():
     import ast
     from pathlib import Path
 
+    import processes.answer_fields
     import processes.forms
 
-    tree = ast.parse(Path(processes.forms.__file__).read_text())
-    imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
-    imported |= {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import)
-                 for alias in node.names}
-    assert not {name for name in imported if name.startswith("processes")}
+    for module in (processes.forms, processes.answer_fields):
+        tree = ast.parse(Path(module.__file__).read_text())
+        imported = {node.module for node in ast.walk(tree)
+                    if isinstance(node, ast.ImportFrom)}
+        imported |= {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import)
+                     for alias in node.names}
+        assert {name for name in imported if name.startswith("processes")} <= {
+            "processes.answer_fields"}, module.__name__
 
 
 # What an answer of each field type becomes, from the API's JSON and from a page's strings ---
@@ -195,6 +199,27 @@ def test_errors_come_unknown_fields_first_then_bad_values_then_missing_ones():
         "alpha: unknown field; the form 'approve-reject' has no such field; "
         "zeta: unknown field; the form 'approve-reject' has no such field; "
         "comment: at most 2000 characters, got 2001; decision: required")
+    form = Form(name="order", title="Order", fields=(
+        Field(name="first", type="text", label="First", required_if=(("kind", ("x",)),)),
+        Field(name="second", type="text", label="Second", required=True),
+        Field(name="kind", type="choice", label="Kind", choices=(("x", "X"),)),
+        Field(name="size", type="number", label="Size"),
+    ))
+    with pytest.raises(FormInvalid) as caught:
+        form_validate(form, {"kind": "x", "size": "big"})
+    assert str(caught.value) == (
+        "size: must be a number, not 'big'; first: required when kind is x; second: required")
+
+
+def test_a_definition_with_a_list_among_its_required_if_values_still_validates():
+    """YAML may give such a value; the definition cannot key a cache, the answer is checked."""
+    form = Form(name="odd", title="Odd", fields=(
+        Field(name="kind", type="text", label="Kind"),
+        Field(name="why", type="text", label="Why", required_if=(("kind", ("x", ["x"])),)),
+    ))
+    assert form_validate(form, {"kind": "y"}) == {"kind": "y", "why": None}
+    with pytest.raises(FormInvalid, match="why: required when kind is x or"):
+        form_validate(form, {"kind": "x"})
 
 
 def test_a_required_checkbox_must_be_ticked_and_a_required_zero_is_given():
