@@ -136,6 +136,19 @@ def test_take_next_from_an_empty_queue_goes_home_with_a_message(worker, browser_
     assert messages_of(response) == ["Nothing is waiting in your queues."]
 
 
+def test_a_fresh_task_page_shows_the_empty_form_and_focuses_the_title(
+    make_task, worker, browser_for
+):
+    make_task()
+    task = dispatch.task_take_next(worker=worker)
+    html = browser_for(worker).get(f"/tasks/{task.pk}/").content.decode()
+    assert 'id="task-title" tabindex="-1" autofocus>' in html
+    assert "aria-invalid" not in html and 'class="field-error"' not in html
+    assert " checked" not in html and re.search(r"<textarea[^>]*></textarea>", html)
+    assert 'aria-describedby="field-comment-help"' in html
+    assert '<kbd aria-hidden="true">1</kbd> Approve' in html
+
+
 def test_a_bad_answer_shows_the_error_at_the_field_and_changes_nothing(
     make_task, worker, browser_for
 ):
@@ -468,8 +481,8 @@ def test_every_field_type_renders_with_its_constraints_and_label():
     from django.http import QueryDict
     from django.template.loader import render_to_string
 
-    from inbox.answer_form import answer_from_post, bound_fields
-    from processes.forms import Field, Form
+    from inbox.answer_form import answer_fields
+    from processes.forms import Field, Form, answer_form_class
 
     form = Form(name="all", title="All", fields=(
         Field(name="amount", type="number", label="Amount", required=True, min=0, max=10),
@@ -479,9 +492,12 @@ def test_every_field_type_renders_with_its_constraints_and_label():
         Field(name="country", type="choice", label="Country",
               choices=tuple((f"c{n}", f"Country {n}") for n in range(12))),
     ))
-    answer = answer_from_post(form, QueryDict("amount=11&ok=true&country=c3&csrfmiddlewaretoken=x"))
-    assert answer == {"amount": "11", "ok": "true", "country": "c3"}
-    fields = bound_fields(form, values=answer, errors={"amount": "must be at most 10"})
+    posted = answer_form_class(form)(
+        data=QueryDict("amount=11&ok=true&country=c3&csrfmiddlewaretoken=x"))
+    assert posted.answer() == {"amount": "11", "due": None, "ref": None, "ok": "true",
+                               "country": "c3"}  # the form's fields only, as posted
+    assert posted.problems() == {"amount": "must be at most 10"}
+    fields = answer_fields(posted)
     html = {bf.field.name: render_to_string("inbox/_field.html", {"bf": bf}) for bf in fields}
     assert re.search(r'<label for="field-amount">Amount <span class="req"', html["amount"])
     assert all(part in html["amount"] for part in [
