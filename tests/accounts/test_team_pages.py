@@ -146,6 +146,50 @@ def test_a_bad_value_is_refused_at_its_cell_and_nothing_changes(
     assert (ana.availability, ana.capacity) == (Availability.AVAILABLE, 3)
 
 
+@pytest.mark.parametrize(("field", "value", "error"), [
+    ("skill-invoice-review", "03", "Proficiency must be from 1 to 5."),
+    ("skill-invoice-review", "3.0", "Proficiency must be from 1 to 5."),
+    ("capacity", "7.0", "Capacity must be a whole number from 0 to 100."),
+    ("capacity", "", "Capacity must be a whole number from 0 to 100."),
+    ("availability", "", "Choose available or away."),
+    ("availability", " away", "Choose available or away."),
+])
+def test_only_the_values_the_page_offers_are_taken(field, value, error, admin, ana, browser_for):
+    """A hand-made post is read as strictly as the page's own (spaces around aside)."""
+    response = browser_for(admin).post(f"/team/skills/{ana.pk}/", row_post(**{field: value}))
+    assert response.status_code == 400
+    assert messages_of(response) == [f"Nothing saved for ana@example.com: {error}"]
+    assert held(ana) == {"invoice-review": 2}
+
+
+def test_spaces_around_a_value_are_ignored_and_fields_not_posted_are_left_alone(
+    admin, ana, browser_for
+):
+    client = browser_for(admin)
+    response = client.post(f"/team/skills/{ana.pk}/", {"skill-finance-approval": " 4 ",
+                                                       "capacity": " 7 "}, follow=True)
+    assert messages_of(response) == ["Saved ana@example.com: Finance approval 4, capacity 7."]
+    ana.refresh_from_db()
+    assert held(ana) == {"finance-approval": 4, "invoice-review": 2}
+    assert (ana.availability, ana.capacity) == (Availability.AVAILABLE, 7)
+
+
+def test_every_bad_value_of_a_row_is_named_in_the_order_of_the_row(admin, ana, browser_for):
+    response = browser_for(admin).post(f"/team/skills/{ana.pk}/", row_post(**{
+        "skill-finance-approval": " 9 ", "skill-invoice-review": "3",
+        "availability": "asleep", "capacity": "lots"}))
+    assert response.status_code == 400
+    assert messages_of(response) == [
+        "Nothing saved for ana@example.com: Proficiency must be from 1 to 5.; "
+        "Choose available or away.; Capacity must be a whole number from 0 to 100."]
+    row = response.context["rows"][0]
+    assert [(cell.value, cell.error) for cell in row.cells] == [
+        ("9", "Proficiency must be from 1 to 5."), ("3", "")]  # as posted, spaces aside
+    assert (row.availability, row.capacity, row.focus) == (
+        "asleep", "lots", "skill-finance-approval")
+    assert held(ana) == {"invoice-review": 2}
+
+
 def test_every_post_needs_the_csrf_token(admin, ana, browser_for):
     client = browser_for(admin, enforce_csrf_checks=True)
     data = row_post(**{"skill-invoice-review": "5"}, capacity="9")
