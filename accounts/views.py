@@ -20,7 +20,8 @@ from django.utils.http import urlencode
 from django.views.decorators.http import require_POST, require_safe
 
 from accounts import services
-from accounts.models import PROFICIENCY_MAX, PROFICIENCY_MIN, Availability, Skill, User
+from accounts.forms import CAPACITY_MAX, PROFICIENCIES, WorkerRowForm, skill_field
+from accounts.models import Availability, Skill, User
 from accounts.roles import Role
 from accounts.selectors import team_proficiencies, team_workers, user_has_role
 from config.errors import ExternalServiceError
@@ -29,10 +30,8 @@ from inbox.models import IntakeError
 from processes.selectors import process_list
 
 PAGE_SIZE = 100
-CAPACITY_MAX = 100
 # Per click: a redrive is a send and a delete per message, done within the request.
 REDRIVE_BATCH = 100
-PROFICIENCIES = [str(level) for level in range(PROFICIENCY_MIN, PROFICIENCY_MAX + 1)]
 
 
 def admin_only(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
@@ -65,17 +64,13 @@ class Row:
     focus: str = ""
 
 
-def _skill_field(skill: Skill) -> str:
-    return f"skill-{skill.slug}"
-
-
 def _rows(workers: list[User], skills: list[Skill]) -> list[Row]:
     held = team_proficiencies(workers=workers)
     return [
         Row(
             worker=worker,
             cells=[
-                Cell(skill=skill, name=_skill_field(skill),
+                Cell(skill=skill, name=skill_field(skill),
                      value=str(held.get((worker.pk, skill.pk), "")))
                 for skill in skills
             ],
@@ -84,6 +79,22 @@ def _rows(workers: list[User], skills: list[Skill]) -> list[Row]:
         )
         for worker in workers
     ]
+
+
+def _row_refused(worker: User, skills: list[Skill], row_form: WorkerRowForm) -> Row:
+    """Return the worker's row showing what was posted, with each error at its cell."""
+    row = _rows([worker], skills)[0]
+    row.errors = row_form.problems()
+    for cell in row.cells:
+        if cell.name in row_form.fields:
+            cell.value = row_form[cell.name].value()
+            cell.error = row.errors.get(cell.name, "")
+    if "availability" in row_form.fields:
+        row.availability = row_form["availability"].value()
+    if "capacity" in row_form.fields:
+        row.capacity = row_form["capacity"].value()
+    row.focus = next(iter(row.errors))
+    return row
 
 
 def _skills_page(request: HttpRequest, *, after: str, edited: Row | None = None,
@@ -134,55 +145,27 @@ def skills(request: HttpRequest) -> HttpResponse:
 def worker_save(request: HttpRequest, worker_id: int) -> HttpResponse:
     """Save one worker's row: skills held and their proficiency, availability, capacity.
 
-    Only the fields posted are considered, and only those that differ are changed. A bad
-    value changes nothing: the page comes back with the error at its cell.
+    The row is a Django form (accounts.forms.WorkerRowForm) bound to the fields posted;
+    only those that differ are changed. A bad value changes nothing: the page comes back
+    with the error at its cell.
     """
     worker = get_object_or_404(User, pk=worker_id, is_active=True)
-    skills_by_field = {_skill_field(skill): skill for skill in Skill.objects.order_by("slug")}
+    skills = list(Skill.objects.order_by("slug"))
     held = team_proficiencies(workers=[worker])
     after = request.POST.get("after", "")
 
-    row = _rows([worker], list(skills_by_field.values()))[0]
-    wanted_skills: dict[Skill, int | None] = {}
-    for cell in row.cells:
-        if cell.name not in request.POST:
-            continue
-        cell.value = request.POST[cell.name].strip()
-        if cell.value == "":
-            wanted_skills[cell.skill] = None
-        elif cell.value in PROFICIENCIES:
-            wanted_skills[cell.skill] = int(cell.value)
-        else:
-            cell.error = f"Proficiency must be from {PROFICIENCY_MIN} to {PROFICIENCY_MAX}."
-            row.errors[cell.name] = cell.error
-
-    availability = None
-    if "availability" in request.POST:
-        row.availability = request.POST["availability"]
-        if row.availability in Availability.values:
-            availability = Availability(row.availability)
-        else:
-            row.errors["availability"] = "Choose available or away."
-
-    capacity = None
-    if "capacity" in request.POST:
-        row.capacity = request.POST["capacity"].strip()
-        try:
-            capacity = int(row.capacity)
-        except ValueError:
-            capacity = None
-        if capacity is None or not 0 <= capacity <= CAPACITY_MAX:
-            row.errors["capacity"] = f"Capacity must be a whole number from 0 to {CAPACITY_MAX}."
-
-    if row.errors:
-        row.focus = next(iter(row.errors))
+    row_form = WorkerRowForm(data=request.POST, skills=skills)
+    if not row_form.is_valid():
+        row = _row_refused(worker, skills, row_form)
         messages.error(request, f"Nothing saved for {worker.email}: "
                                 f"{'; '.join(row.errors.values())}")
         return _skills_page(request, after=after, edited=row, status=400)
+    availability = row_form.cleaned_data.get("availability")
+    capacity = row_form.cleaned_data.get("capacity")
 
     changes: list[str] = []
     with transaction.atomic():
-        for skill, proficiency in wanted_skills.items():
+        for skill, proficiency in row_form.proficiencies().items():
             if proficiency == held.get((worker.pk, skill.pk)):
                 continue
             if proficiency is None:
