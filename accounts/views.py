@@ -1,49 +1,29 @@
-"""Admin pages of the team: skills, availability and capacity; intake errors; processes.
+"""Admin pages of the team: skills, availability and capacity; processes.
 
 Only admins see them; to anyone else they do not exist (404). Each edit calls the services
 of accounts (worker_skill_set, worker_skill_remove, worker_set_availability,
-worker_set_capacity), the redrive calls inbox.intake.intake_redrive; every POST goes
-through Django's CSRF check.
+worker_set_capacity); every POST goes through Django's CSRF check. The intake errors
+page is the inbox's (inbox.views_intake).
 """
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import wraps
-from typing import Any
 
 from django.contrib import messages
 from django.db import transaction
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils.http import urlencode
 from django.views.decorators.http import require_POST, require_safe
 
 from accounts import services
+from accounts.decorators import admin_only
 from accounts.forms import CAPACITY_MAX, PROFICIENCIES, WorkerRowForm, skill_field
 from accounts.models import Availability, Skill, User
-from accounts.roles import Role
-from accounts.selectors import team_proficiencies, team_workers, user_has_role
-from config.errors import ExternalServiceError
-from inbox.intake import intake_redrive
-from inbox.models import IntakeError
+from accounts.selectors import team_proficiencies, team_workers
 from processes.selectors import process_list
 
 PAGE_SIZE = 100
-# Per click: a redrive is a send and a delete per message, done within the request.
-REDRIVE_BATCH = 100
-
-
-def admin_only(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
-    """Let admins in; to everyone else the page does not exist."""
-
-    @wraps(view)
-    def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-        if not user_has_role(user=request.user, role=Role.ADMIN):
-            raise Http404("No such page.")
-        return view(request, *args, **kwargs)
-
-    return wrapped
 
 
 @dataclass
@@ -189,47 +169,6 @@ def worker_save(request: HttpRequest, worker_id: int) -> HttpResponse:
     if after:
         query["after"] = after
     return redirect(f"{reverse('team:skills')}?{urlencode(query)}")
-
-
-@require_safe
-@admin_only
-def intake(request: HttpRequest) -> HttpResponse:
-    """List the messages the intake refused, newest first, a page at a time (keyset)."""
-    errors = IntakeError.objects.order_by("-pk")
-    before = request.GET.get("before", "")
-    if before.isdigit():
-        errors = errors.filter(pk__lt=int(before))
-    page = list(errors[: PAGE_SIZE + 1])
-    more = len(page) > PAGE_SIZE
-    page = page[:PAGE_SIZE]
-    return render(
-        request,
-        "accounts/intake.html",
-        {
-            "errors": page,
-            "before": before,
-            "next_before": page[-1].pk if more else "",
-            "redrive_batch": REDRIVE_BATCH,
-        },
-    )
-
-
-@require_POST
-@admin_only
-def intake_redrive_post(request: HttpRequest) -> HttpResponse:
-    """Move dead letters back to the intake queue (after the admin fixed their cause)."""
-    try:
-        moved = intake_redrive(max_messages=REDRIVE_BATCH)
-    except ExternalServiceError as exc:
-        messages.error(request, f"Redrive failed: {exc.message}")
-        return redirect("team:intake")
-    if moved:
-        messages.success(
-            request, f"Moved {moved} message(s) from the dead-letter queue back to the intake "
-            "queue.")
-    else:
-        messages.info(request, "The dead-letter queue is empty.")
-    return redirect("team:intake")
 
 
 @require_safe

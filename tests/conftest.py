@@ -171,6 +171,12 @@ def supervisor(make_worker, review_skill):
 
 
 @pytest.fixture
+def admin(make_user) -> User:
+    """An admin, the one user who sees the team pages."""
+    return make_user(roles=(Role.ADMIN,), email="root@example.com")
+
+
+@pytest.fixture
 def reviewer(make_user) -> User:
     """A user holding invoice-review at 3, made without make_worker's role (callbacks)."""
     worker = make_user()
