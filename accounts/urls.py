@@ -7,5 +7,4 @@ app_name = "team"
 urlpatterns = [
     path("skills/", views.skills, name="skills"),
     path("skills/<int:worker_id>/", views.worker_save, name="worker-save"),
-    path("processes/", views.processes, name="processes"),
 ]

@@ -1,9 +1,9 @@
-"""Admin pages of the team: skills, availability and capacity; processes.
+"""Admin page of the team: workers by skills, with proficiency, availability and capacity.
 
-Only admins see them; to anyone else they do not exist (404). Each edit calls the services
+Only admins see it; to anyone else it does not exist (404). Each edit calls the services
 of accounts (worker_skill_set, worker_skill_remove, worker_set_availability,
-worker_set_capacity); every POST goes through Django's CSRF check. The intake errors
-page is the inbox's (inbox.views_intake).
+worker_set_capacity); every POST goes through Django's CSRF check. The other team pages
+are their apps': intake errors in inbox.views_intake, processes in processes.views.
 """
 
 from dataclasses import dataclass, field
@@ -21,7 +21,6 @@ from accounts.decorators import admin_only
 from accounts.forms import CAPACITY_MAX, PROFICIENCIES, WorkerRowForm, skill_field
 from accounts.models import Availability, Skill, User
 from accounts.selectors import team_proficiencies, team_workers
-from processes.selectors import process_list
 
 PAGE_SIZE = 100
 
@@ -169,10 +168,3 @@ def worker_save(request: HttpRequest, worker_id: int) -> HttpResponse:
     if after:
         query["after"] = after
     return redirect(f"{reverse('team:skills')}?{urlencode(query)}")
-
-
-@require_safe
-@admin_only
-def processes(request: HttpRequest) -> HttpResponse:
-    """List the processes and their deployed versions, newest first."""
-    return render(request, "accounts/processes.html", {"processes": process_list()})

@@ -9,9 +9,7 @@ from accounts.models import Availability, Skill, User, WorkerSkill
 from accounts.roles import Role
 from accounts.services import worker_skill_set
 from accounts.views import PAGE_SIZE
-from processes.services import process_deploy
 from tests.pages import help_keys
-from tests.processes.lifecycle import unique_name, wait_spec
 
 
 @pytest.fixture
@@ -44,8 +42,7 @@ def test_the_team_pages_do_not_exist_for_workers_and_supervisors(
     role, make_user, ana, browser_for
 ):
     client = browser_for(make_user(roles=(role,)))
-    for path in ["/team/skills/", "/team/processes/"]:
-        assert client.get(path).status_code == 404, path
+    assert client.get("/team/skills/").status_code == 404
     response = client.post(f"/team/skills/{ana.pk}/", row_post(**{"skill-invoice-review": "5"}))
     assert response.status_code == 404
     assert held(ana) == {"invoice-review": 2}
@@ -256,18 +253,3 @@ def test_the_help_lists_only_the_team_pages_own_shortcuts(admin, browser_for):
     everywhere = {"?", "Esc"}
     assert help_keys(client.get("/team/skills/").content.decode()) == everywhere | {
         "Tab", "Shift", "Enter"}
-    assert help_keys(client.get("/team/processes/").content.decode()) == everywhere
-
-
-@pytest.mark.emulator
-def test_processes_are_listed_with_their_versions(emulator, admin, browser_for):
-    name = unique_name()
-    process_deploy(text=wait_spec(name=name), source="a.yaml", user=admin)
-    newest, _ = process_deploy(text=wait_spec(name=name, version=2), source="a.yaml")
-    page = browser_for(admin).get("/team/processes/")
-    assert page.status_code == 200
-    html = page.content.decode()
-    assert f"<code>{name}</code>" in html
-    assert f"<code>{newest.state_machine_name}</code>" in html
-    assert html.index("v2 <span") < html.index("<td>v1</td>")  # newest first, marked current
-    assert "root@example.com" in html  # v1's deployer
