@@ -7,7 +7,4 @@ app_name = "team"
 urlpatterns = [
     path("skills/", views.skills, name="skills"),
     path("skills/<int:worker_id>/", views.worker_save, name="worker-save"),
-    path("intake/", views.intake, name="intake"),
-    path("intake/redrive/", views.intake_redrive_post, name="intake-redrive"),
-    path("processes/", views.processes, name="processes"),
 ]

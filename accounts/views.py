@@ -1,50 +1,28 @@
-"""Admin pages of the team: skills, availability and capacity; intake errors; processes.
+"""Admin page of the team: workers by skills, with proficiency, availability and capacity.
 
-Only admins see them; to anyone else they do not exist (404). Each edit calls the services
+Only admins see it; to anyone else it does not exist (404). Each edit calls the services
 of accounts (worker_skill_set, worker_skill_remove, worker_set_availability,
-worker_set_capacity), the redrive calls inbox.services.admin.intake_redrive; every POST goes
-through Django's CSRF check.
+worker_set_capacity); every POST goes through Django's CSRF check. The other team pages
+are their apps': intake errors in inbox.views_intake, processes in processes.views.
 """
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import wraps
-from typing import Any
 
 from django.contrib import messages
 from django.db import transaction
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils.http import urlencode
 from django.views.decorators.http import require_POST, require_safe
 
 from accounts import services
-from accounts.models import PROFICIENCY_MAX, PROFICIENCY_MIN, Availability, Skill, User
-from accounts.roles import Role
-from accounts.selectors import team_proficiencies, team_workers, user_has_role
-from config.errors import ExternalServiceError
-from inbox.models import IntakeError
-from inbox.services.admin import intake_redrive
-from processes.selectors import process_list
+from accounts.decorators import admin_only
+from accounts.forms import CAPACITY_MAX, PROFICIENCIES, WorkerRowForm, skill_field
+from accounts.models import Availability, Skill, User
+from accounts.selectors import team_proficiencies, team_workers
 
 PAGE_SIZE = 100
-CAPACITY_MAX = 100
-# Per click: a redrive is a send and a delete per message, done within the request.
-REDRIVE_BATCH = 100
-PROFICIENCIES = [str(level) for level in range(PROFICIENCY_MIN, PROFICIENCY_MAX + 1)]
-
-
-def admin_only(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
-    """Let admins in; to everyone else the page does not exist."""
-
-    @wraps(view)
-    def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-        if not user_has_role(user=request.user, role=Role.ADMIN):
-            raise Http404("No such page.")
-        return view(request, *args, **kwargs)
-
-    return wrapped
 
 
 @dataclass
@@ -65,17 +43,13 @@ class Row:
     focus: str = ""
 
 
-def _skill_field(skill: Skill) -> str:
-    return f"skill-{skill.slug}"
-
-
 def _rows(workers: list[User], skills: list[Skill]) -> list[Row]:
     held = team_proficiencies(workers=workers)
     return [
         Row(
             worker=worker,
             cells=[
-                Cell(skill=skill, name=_skill_field(skill),
+                Cell(skill=skill, name=skill_field(skill),
                      value=str(held.get((worker.pk, skill.pk), "")))
                 for skill in skills
             ],
@@ -84,6 +58,22 @@ def _rows(workers: list[User], skills: list[Skill]) -> list[Row]:
         )
         for worker in workers
     ]
+
+
+def _row_refused(worker: User, skills: list[Skill], row_form: WorkerRowForm) -> Row:
+    """Return the worker's row showing what was posted, with each error at its cell."""
+    row = _rows([worker], skills)[0]
+    row.errors = row_form.problems()
+    for cell in row.cells:
+        if cell.name in row_form.fields:
+            cell.value = row_form[cell.name].value()
+            cell.error = row.errors.get(cell.name, "")
+    if "availability" in row_form.fields:
+        row.availability = row_form["availability"].value()
+    if "capacity" in row_form.fields:
+        row.capacity = row_form["capacity"].value()
+    row.focus = next(iter(row.errors))
+    return row
 
 
 def _skills_page(request: HttpRequest, *, after: str, edited: Row | None = None,
@@ -134,55 +124,27 @@ def skills(request: HttpRequest) -> HttpResponse:
 def worker_save(request: HttpRequest, worker_id: int) -> HttpResponse:
     """Save one worker's row: skills held and their proficiency, availability, capacity.
 
-    Only the fields posted are considered, and only those that differ are changed. A bad
-    value changes nothing: the page comes back with the error at its cell.
+    The row is a Django form (accounts.forms.WorkerRowForm) bound to the fields posted;
+    only those that differ are changed. A bad value changes nothing: the page comes back
+    with the error at its cell.
     """
     worker = get_object_or_404(User, pk=worker_id, is_active=True)
-    skills_by_field = {_skill_field(skill): skill for skill in Skill.objects.order_by("slug")}
+    skills = list(Skill.objects.order_by("slug"))
     held = team_proficiencies(workers=[worker])
     after = request.POST.get("after", "")
 
-    row = _rows([worker], list(skills_by_field.values()))[0]
-    wanted_skills: dict[Skill, int | None] = {}
-    for cell in row.cells:
-        if cell.name not in request.POST:
-            continue
-        cell.value = request.POST[cell.name].strip()
-        if cell.value == "":
-            wanted_skills[cell.skill] = None
-        elif cell.value in PROFICIENCIES:
-            wanted_skills[cell.skill] = int(cell.value)
-        else:
-            cell.error = f"Proficiency must be from {PROFICIENCY_MIN} to {PROFICIENCY_MAX}."
-            row.errors[cell.name] = cell.error
-
-    availability = None
-    if "availability" in request.POST:
-        row.availability = request.POST["availability"]
-        if row.availability in Availability.values:
-            availability = Availability(row.availability)
-        else:
-            row.errors["availability"] = "Choose available or away."
-
-    capacity = None
-    if "capacity" in request.POST:
-        row.capacity = request.POST["capacity"].strip()
-        try:
-            capacity = int(row.capacity)
-        except ValueError:
-            capacity = None
-        if capacity is None or not 0 <= capacity <= CAPACITY_MAX:
-            row.errors["capacity"] = f"Capacity must be a whole number from 0 to {CAPACITY_MAX}."
-
-    if row.errors:
-        row.focus = next(iter(row.errors))
+    row_form = WorkerRowForm(data=request.POST, skills=skills)
+    if not row_form.is_valid():
+        row = _row_refused(worker, skills, row_form)
         messages.error(request, f"Nothing saved for {worker.email}: "
                                 f"{'; '.join(row.errors.values())}")
         return _skills_page(request, after=after, edited=row, status=400)
+    availability = row_form.cleaned_data.get("availability")
+    capacity = row_form.cleaned_data.get("capacity")
 
     changes: list[str] = []
     with transaction.atomic():
-        for skill, proficiency in wanted_skills.items():
+        for skill, proficiency in row_form.proficiencies().items():
             if proficiency == held.get((worker.pk, skill.pk)):
                 continue
             if proficiency is None:
@@ -206,51 +168,3 @@ def worker_save(request: HttpRequest, worker_id: int) -> HttpResponse:
     if after:
         query["after"] = after
     return redirect(f"{reverse('team:skills')}?{urlencode(query)}")
-
-
-@require_safe
-@admin_only
-def intake(request: HttpRequest) -> HttpResponse:
-    """List the messages the intake refused, newest first, a page at a time (keyset)."""
-    errors = IntakeError.objects.order_by("-pk")
-    before = request.GET.get("before", "")
-    if before.isdigit():
-        errors = errors.filter(pk__lt=int(before))
-    page = list(errors[: PAGE_SIZE + 1])
-    more = len(page) > PAGE_SIZE
-    page = page[:PAGE_SIZE]
-    return render(
-        request,
-        "accounts/intake.html",
-        {
-            "errors": page,
-            "before": before,
-            "next_before": page[-1].pk if more else "",
-            "redrive_batch": REDRIVE_BATCH,
-        },
-    )
-
-
-@require_POST
-@admin_only
-def intake_redrive_post(request: HttpRequest) -> HttpResponse:
-    """Move dead letters back to the intake queue (after the admin fixed their cause)."""
-    try:
-        moved = intake_redrive(max_messages=REDRIVE_BATCH)
-    except ExternalServiceError as exc:
-        messages.error(request, f"Redrive failed: {exc.message}")
-        return redirect("team:intake")
-    if moved:
-        messages.success(
-            request, f"Moved {moved} message(s) from the dead-letter queue back to the intake "
-            "queue.")
-    else:
-        messages.info(request, "The dead-letter queue is empty.")
-    return redirect("team:intake")
-
-
-@require_safe
-@admin_only
-def processes(request: HttpRequest) -> HttpResponse:
-    """List the processes and their deployed versions, newest first."""
-    return render(request, "accounts/processes.html", {"processes": process_list()})

@@ -18,6 +18,7 @@ urlpatterns = [
     path("", include("inbox.urls")),
     path("accounts/", include("allauth.urls")),
     path("team/", include("accounts.urls")),
+    path("team/processes/", include("processes.page_urls")),
     path("admin/", admin.site.urls),
     path("api/processes/", include("processes.urls")),
     path("api/inbox/", include("inbox.api_urls")),

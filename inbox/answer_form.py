@@ -1,15 +1,18 @@
-"""A stage's form bound to what a worker posted and what was wrong, for the task page.
+"""A stage's Django answer form as the task page shows it: its fields, values and errors.
 
-Rendering only: the answer is validated by processes.forms.form_validate, called from
-inbox.services.worker.task_complete.
+Rendering only: processes.forms.answer_form_class builds the Django form of a definition,
+the page binds it to request.POST, and inbox.services.worker.task_complete validates the answer
+(with processes.forms.form_validate, the same Django form). The template keeps its own
+markup (radio keys 1..9, ids, aria-describedby); each value and error comes from Django's
+bound field.
 """
 
 from dataclasses import dataclass
 from typing import Any
 
-from django.http import QueryDict
+from django.forms import BoundField
 
-from processes.forms import Field, Form
+from processes.forms import AnswerForm, Field
 
 # Up to this many choices are radio buttons (picked with the keys 1..9); more are a select.
 RADIO_LIMIT = 9
@@ -23,11 +26,19 @@ class Choice:
 
 
 @dataclass(frozen=True)
-class BoundField:
+class AnswerField:
+    """One field of the page: its definition, Django's bound field and its first error."""
+
     field: Field
-    value: Any
+    bound: BoundField
     error: str
     autofocus: bool
+
+    @property
+    def value(self) -> Any:
+        """Return the value to show: what was posted, or nothing on a fresh page."""
+        value = self.bound.value()
+        return "" if value is None else value
 
     @property
     def id(self) -> str:
@@ -74,24 +85,16 @@ class BoundField:
         return str(self.value).lower() in ("on", "true", "1", "yes")
 
 
-def answer_from_post(form: Form, data: QueryDict) -> dict[str, Any]:
-    """Return the answer a posted HTML form gives: one value per field of the form.
-
-    A checkbox left unticked is not posted at all; it is absent from the answer too.
-    """
-    return {f.name: data[f.name] for f in form.fields if f.name in data}
-
-
-def bound_fields(form: Form, *, values: dict[str, Any] | None = None,
-                 errors: dict[str, str] | None = None) -> list[BoundField]:
+def answer_fields(answer_form: AnswerForm) -> list[AnswerField]:
     """Return the form's fields with the values to show and their errors.
 
-    The first field with an error gets autofocus, so focus lands on it when the page loads.
+    A bound form is validated here if it was not yet. The first field with an error gets
+    autofocus, so focus lands on it when the page loads.
     """
-    values, errors = values or {}, errors or {}
-    first_invalid = next((f.name for f in form.fields if f.name in errors), None)
+    errors = answer_form.problems() if answer_form.is_bound else {}
+    first_invalid = next((name for name in answer_form.fields if name in errors), None)
     return [
-        BoundField(field=f, value=values.get(f.name, ""), error=errors.get(f.name, ""),
-                   autofocus=f.name == first_invalid)
-        for f in form.fields
+        AnswerField(field=answer_form.definition.field(bound.name), bound=bound,
+                    error=errors.get(bound.name, ""), autofocus=bound.name == first_invalid)
+        for bound in answer_form
     ]

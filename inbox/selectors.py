@@ -10,7 +10,8 @@ from accounts.roles import Role
 from accounts.selectors import user_roles
 from config.errors import Conflict, InboxError, NotFound
 from inbox.models import HELD_STATES, OPEN_STATES, Task, TaskEvent, TaskState
-from processes.forms import Form, form_for
+from processes.forms import Form
+from processes.selectors import form_for
 
 Action = Literal["view", "manage"]
 

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from inbox import views, views_supervisor
+from inbox import views, views_intake, views_supervisor
 
 app_name = "inbox"
 
@@ -24,4 +24,7 @@ urlpatterns = [
     path("tasks/<uuid:task_id>/abort/", views_supervisor.task_abort, name="task-abort"),
     path("tasks/<uuid:task_id>/timeline/", views_supervisor.task_timeline,
          name="task-timeline"),
+    # The admins' intake pages, beside the other team pages (accounts.urls, processes).
+    path("team/intake/", views_intake.intake_errors, name="intake-errors"),
+    path("team/intake/redrive/", views_intake.intake_redrive_post, name="intake-redrive"),
 ]

@@ -16,7 +16,7 @@ from django.views.decorators.http import require_POST, require_safe
 from accounts.models import Dispatch
 from accounts.selectors import user_roles
 from config.errors import Conflict, NotFound
-from inbox.answer_form import answer_from_post, bound_fields
+from inbox.answer_form import answer_fields
 from inbox.lifecycle import transition_problem
 from inbox.models import Task, TaskState
 from inbox.page_actions import calls, posted, posted_version, refused, task_action, to_home
@@ -30,7 +30,7 @@ from inbox.selectors import (
 )
 from inbox.services import worker
 from inbox.views_supervisor import supervisor_panel, timeline_panel
-from processes.forms import FormInvalid
+from processes.forms import AnswerForm, FormInvalid, answer_form_class
 
 NOTHING_WAITING = "Nothing is waiting in your queues."
 
@@ -91,13 +91,15 @@ def _open_next(request: HttpRequest, task: Task) -> HttpResponse:
 def _complete(request: HttpRequest, task_id: UUID) -> Task | HttpResponse:
     """Complete the held task with the posted answer.
 
-    A bad answer changes nothing: the page comes back with each error at its field.
+    The stage's Django answer form is bound to the POST; the service validates what it
+    read. A bad answer changes nothing: the page comes back with each error at its field.
     """
     task = _visible_task(request, task_id)
     form = task_form(task=task)
-    answer = answer_from_post(form, request.POST)
+    answer_form = answer_form_class(form)(data=request.POST)
     try:
-        return worker.task_complete(worker=request.user, task_id=task.pk, answer=answer,
+        return worker.task_complete(worker=request.user, task_id=task.pk,
+                                    answer=answer_form.answer(),
                                     expected_version=posted_version(request))
     except FormInvalid as exc:
         problems = "; ".join(
@@ -105,7 +107,7 @@ def _complete(request: HttpRequest, task_id: UUID) -> Task | HttpResponse:
             for name, message in exc.errors.items()
         )
         messages.error(request, f"The answer needs another look. {problems}.")
-        return task_page(request, task, values=answer, errors=exc.errors, status=400)
+        return task_page(request, task, answer_form=answer_form, status=400)
 
 
 # Each action: the service it calls with what the page posts, what it says, where it goes.
@@ -138,9 +140,9 @@ def _reason_page(request: HttpRequest, task_id: UUID, kind: str) -> HttpResponse
     return render(request, "inbox/task_reason.html", {"task": task, "kind": kind})
 
 
-def task_page(request: HttpRequest, task: Task, *, values: dict[str, Any] | None = None,
-              errors: dict[str, str] | None = None, status: int = 200) -> HttpResponse:
-    """Render the task page; values and errors are a rejected answer to show again."""
+def task_page(request: HttpRequest, task: Task, *, answer_form: AnswerForm | None = None,
+              status: int = 200) -> HttpResponse:
+    """Render the task page; answer_form is a refused answer, bound, to show again."""
     mine = task.assignee_id == request.user.pk
     working = mine and task.state == TaskState.IN_PROGRESS
     form = form_problem = None
@@ -148,6 +150,9 @@ def task_page(request: HttpRequest, task: Task, *, values: dict[str, Any] | None
         form = task_form(task=task)
     except UnknownForm as exc:
         form_problem = exc.message
+    if form is not None and answer_form is None:
+        answer_form = answer_form_class(form)()
+    fields = answer_fields(answer_form) if form is not None else []
     return render(
         request,
         "inbox/task.html",
@@ -155,8 +160,8 @@ def task_page(request: HttpRequest, task: Task, *, values: dict[str, Any] | None
             "task": task,
             "form": form,
             "form_problem": form_problem,
-            "fields": bound_fields(form, values=values, errors=errors) if form else [],
-            "has_errors": bool(errors),
+            "fields": fields,
+            "has_errors": any(field.error for field in fields),
             "working": working,
             "offered": mine and task.state == TaskState.OFFERED,
             "claimable": (task.state == TaskState.QUEUED

@@ -1,18 +1,28 @@
-"""Forms a human stage asks its worker to fill: field schemas, parsing and validation.
+"""Forms a human stage asks its worker to fill: definitions, parsing and validation.
 
-A form is a small list of typed fields. Built-in forms are defined here; a process spec
-may define more under ``forms:``. The inbox renders a stage's form and validates the
-worker's answer with ``form_validate`` before anything is sent to Step Functions.
+A form definition is a small list of typed fields. Built-in forms are defined here; a
+process spec may define more under ``forms:``. Each definition builds a Django form
+(``answer_form_class``) that validates a worker's answer, from the API or the task page;
+``form_validate`` runs it before anything is sent to Step Functions.
 """
 
-import datetime
 import functools
-import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
+
+from django import forms
+from django.core.exceptions import ValidationError
 
 from config.errors import InboxError
+from processes.answer_fields import (
+    CheckboxAnswerField,
+    ChoiceAnswerField,
+    DateAnswerField,
+    NumberAnswerField,
+    TextAnswerField,
+)
 
 FIELD_TYPES = ("text", "textarea", "number", "choice", "checkbox", "date")
 FORM_NAME = re.compile(r"^[a-z][a-z0-9-]{0,63}$")
@@ -182,120 +192,95 @@ def _field_parse(raw: Any, *, path: str, problems: list[str]) -> Field | None:
     )
 
 
-# Validation of answers ------------------------------------------------------------------
+# Validation of answers: a Django form per definition ----------------------------------
+
+_FIELD_CLASSES: dict[str, Callable[..., forms.Field]] = {
+    "text": functools.partial(TextAnswerField, strip=True),
+    "textarea": functools.partial(TextAnswerField, strip=False, widget=forms.Textarea),
+    "number": NumberAnswerField,
+    "choice": ChoiceAnswerField,
+    "checkbox": CheckboxAnswerField,
+    "date": DateAnswerField,
+}
+# Codes of the errors that say a value is missing; they are listed after bad values.
+_MISSING = {"required", "required_if"}
+
+
+class AnswerForm(forms.Form):
+    """The Django form of an answer to one form definition (see answer_form_class).
+
+    Each field's value is checked by its Django field; clean() adds what depends on other
+    fields: a field that required_if makes necessary.
+    """
+
+    definition: ClassVar[Form]
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean()
+        for f in self.definition.fields:
+            if f.required or not f.required_if or f.name in self.errors:
+                continue
+            needed = any(cleaned.get(other) in values for other, values in f.required_if)
+            value = cleaned.get(f.name)
+            if needed and (value is None or (f.type == "checkbox" and not value)):
+                when = ", ".join(f"{other} is {' or '.join(map(str, values))}"
+                                 for other, values in f.required_if)
+                self.add_error(f.name, ValidationError(f"required when {when}",
+                                                       code="required_if"))
+        return cleaned
+
+    def answer(self) -> dict[str, Any]:
+        """Return each field's value as bound, before cleaning: the answer as given."""
+        return {bound.name: bound.data for bound in self}
+
+    def problems(self) -> dict[str, str]:
+        """Return each bad field's first error: bad values, then missing ones, in field order."""
+        order = list(self.fields)
+        found = sorted(self.errors.as_data().items(),
+                       key=lambda item: (item[1][0].code in _MISSING, order.index(item[0])))
+        return {name: errors[0].messages[0] for name, errors in found}
+
+
+def answer_form_class(form: Form) -> type[AnswerForm]:
+    """Return the Django form class of answers to form, built once per definition."""
+    try:
+        hash(form)
+    except TypeError:  # required_if values read from YAML may be lists: nothing to key on.
+        return _answer_form_build(form)
+    return _answer_form_cached(form)
+
+
+def _answer_form_build(form: Form) -> type[AnswerForm]:
+    fields = {}
+    for f in form.fields:
+        options: dict[str, Any] = {"required": f.required, "label": f.label, "help_text": f.help}
+        if f.type in ("text", "textarea"):
+            options["max_length"] = f.max_length or TEXT_LIMIT
+        elif f.type == "number":
+            options.update(min_value=f.min, max_value=f.max)
+        elif f.type == "choice":
+            options["choices"] = f.choices
+        fields[f.name] = _FIELD_CLASSES[f.type](**options)
+    return type(f"AnswerForm_{form.name}", (AnswerForm,), {"definition": form, **fields})
+
+
+_answer_form_cached = functools.lru_cache(maxsize=512)(_answer_form_build)
 
 
 def form_validate(form: Form, answer: Any) -> dict[str, Any]:
     """Return the cleaned answer, or raise FormInvalid naming each bad field and why.
 
-    Accepts JSON values from the API and strings from HTML forms alike: "12" for a
-    number, "on"/"true" for a checkbox.
+    The form's Django form (answer_form_class) cleans JSON values from the API and strings
+    from HTML forms alike: "12" for a number, "on"/"true" for a checkbox. A key the form
+    has no field for is refused too: a misspelt field must not pass as an empty one.
     """
     if not isinstance(answer, dict):
         raise FormInvalid({"answer": "must be an object of field values"})
-    errors: dict[str, str] = {}
-    for name in sorted(set(answer) - {f.name for f in form.fields}):
-        errors[name] = f"unknown field; the form {form.name!r} has no such field"
-    cleaned: dict[str, Any] = {}
-    for f in form.fields:
-        value = answer.get(f.name)
-        if _is_blank(value):
-            cleaned[f.name] = False if f.type == "checkbox" else None
-            continue
-        try:
-            cleaned[f.name] = _clean(f, value)
-        except ValueError as exc:
-            errors[f.name] = str(exc)
-    for f in form.fields:
-        if f.name in errors:
-            continue
-        needed = f.required or any(
-            cleaned.get(other) in values for other, values in f.required_if
-        )
-        if needed and (cleaned[f.name] is None or (f.type == "checkbox" and not cleaned[f.name])):
-            when = ", ".join(
-                f"{other} is {' or '.join(map(str, values))}" for other, values in f.required_if
-            )
-            errors[f.name] = "required" + (f" when {when}" if when and not f.required else "")
-    if errors:
-        raise FormInvalid(errors)
-    return cleaned
-
-
-def _is_blank(value: Any) -> bool:
-    return value is None or (isinstance(value, str) and value.strip() == "")
-
-
-def _clean(f: Field, value: Any) -> Any:
-    if f.type in ("text", "textarea"):
-        if not isinstance(value, str):
-            raise ValueError("must be text")
-        limit = f.max_length or TEXT_LIMIT
-        if len(value) > limit:
-            raise ValueError(f"at most {limit} characters, got {len(value)}")
-        return value if f.type == "textarea" else value.strip()
-    if f.type == "number":
-        if isinstance(value, bool):
-            raise ValueError("must be a number")
-        try:
-            number = float(value) if isinstance(value, str) else value
-        except ValueError:
-            raise ValueError(f"must be a number, not {str(value)[:40]!r}") from None
-        if not isinstance(number, int | float) or not math.isfinite(number):
-            raise ValueError("must be a finite number")
-        if isinstance(number, float) and number.is_integer() and isinstance(value, str):
-            number = int(number)
-        if f.min is not None and number < f.min:
-            raise ValueError(f"must be at least {f.min:g}")
-        if f.max is not None and number > f.max:
-            raise ValueError(f"must be at most {f.max:g}")
-        return number
-    if f.type == "choice":
-        allowed = [v for v, _label in f.choices]
-        if str(value) not in allowed:
-            raise ValueError(f"must be one of {', '.join(allowed)}")
-        return str(value)
-    if f.type == "checkbox":
-        if isinstance(value, bool):
-            return value
-        if isinstance(value, str) and value.lower() in ("on", "true", "1", "yes"):
-            return True
-        if isinstance(value, str) and value.lower() in ("off", "false", "0", "no"):
-            return False
-        raise ValueError("must be true or false")
-    if f.type == "date":
-        try:
-            return datetime.date.fromisoformat(str(value)).isoformat()
-        except ValueError:
-            raise ValueError("must be a date as YYYY-MM-DD") from None
-    raise ValueError(f"unsupported field type {f.type!r}")
-
-
-# Lookup ------------------------------------------------------------------------------
-
-
-def form_for(*, process_name: str, process_version: int, form_name: str) -> Form | None:
-    """Return the form a task of this process version names, or None if it is unknown.
-
-    A deployed version's own forms come first, then the built-in ones; a process that
-    is not deployed here (hand-written ASL) can use built-in forms only.
-    """
-    from processes.models import ProcessVersion
-
-    row = (
-        ProcessVersion.objects.filter(process__name=process_name, version=process_version)
-        .values_list("spec_sha256", "spec_text").first()
-    )
-    if row is not None:
-        form = _spec_forms(row[0], row[1]).get(form_name)
-        if form is not None:
-            return form
-    return BUILTIN_FORMS.get(form_name)
-
-
-@functools.lru_cache(maxsize=256)
-def _spec_forms(sha256: str, text: str) -> dict[str, Form]:
-    """Return a deployed spec's forms; deployed versions never change, so sha256 keys it."""
-    from processes.spec import spec_parse
-
-    return spec_parse(text, source=f"deployed spec {sha256[:12]}").forms
+    errors = {
+        name: f"unknown field; the form {form.name!r} has no such field"
+        for name in sorted(set(answer) - {f.name for f in form.fields})
+    }
+    bound = answer_form_class(form)(data=answer)
+    if bound.is_valid() and not errors:
+        return bound.cleaned_data
+    raise FormInvalid(errors | bound.problems())

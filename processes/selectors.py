@@ -1,9 +1,13 @@
-"""Reads for processes, their versions and executions."""
+"""Reads for processes, their versions and executions, and the forms their stages name."""
+
+import functools
 
 from django.db.models import Prefetch, QuerySet
 
 from config.errors import NotFound
+from processes.forms import BUILTIN_FORMS, Form
 from processes.models import Execution, Process, ProcessVersion
+from processes.spec import spec_parse
 
 
 def process_list() -> QuerySet[Process]:
@@ -66,3 +70,26 @@ def execution_find(*, process: Process, business_key: str) -> Execution | None:
         .filter(process=process, business_key=business_key)
         .first()
     )
+
+
+def form_for(*, process_name: str, process_version: int, form_name: str) -> Form | None:
+    """Return the form a task of this process version names, or None if it is unknown.
+
+    A deployed version's own forms come first, then the built-in ones; a process that
+    is not deployed here (hand-written ASL) can use built-in forms only.
+    """
+    row = (
+        ProcessVersion.objects.filter(process__name=process_name, version=process_version)
+        .values_list("spec_sha256", "spec_text").first()
+    )
+    if row is not None:
+        form = _spec_forms(row[0], row[1]).get(form_name)
+        if form is not None:
+            return form
+    return BUILTIN_FORMS.get(form_name)
+
+
+@functools.lru_cache(maxsize=256)
+def _spec_forms(sha256: str, text: str) -> dict[str, Form]:
+    """Return a deployed spec's forms; deployed versions never change, so sha256 keys it."""
+    return spec_parse(text, source=f"deployed spec {sha256[:12]}").forms

@@ -199,8 +199,8 @@ def supervisor(make_worker, review_skill):
 
 @pytest.fixture
 def admin(make_user) -> User:
-    """An admin (who manages skills and users, and may supervise every task)."""
-    return make_user(roles=(Role.ADMIN,))
+    """An admin: manages skills and users, sees the team pages, may supervise every task."""
+    return make_user(roles=(Role.ADMIN,), email="root@example.com")
 
 
 @pytest.fixture

@@ -40,7 +40,7 @@ from inbox.tokens import token_digest, token_encrypt
 from processes import aws
 from processes.contract import HUMAN_TASK, PROCESS_FAILURE
 from processes.envelope import envelope_problems
-from processes.forms import form_for
+from processes.selectors import form_for
 from processes.spec import MAX_SECONDS
 
 logger = logging.getLogger(__name__)

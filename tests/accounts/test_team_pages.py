@@ -9,18 +9,7 @@ from accounts.models import Availability, Skill, User, WorkerSkill
 from accounts.roles import Role
 from accounts.services import worker_skill_set
 from accounts.views import PAGE_SIZE
-from inbox.models import IntakeError
-from inbox.services.intake import intake_message
-from processes import aws
-from processes.services import process_deploy
-from tests.factories import envelope, sqs_message
-from tests.processes.lifecycle import unique_name, wait_spec
-from tests.sfn import unique
-
-
-@pytest.fixture
-def admin(make_user):
-    return make_user(roles=(Role.ADMIN,), email="root@example.com")
+from tests.pages import help_keys
 
 
 @pytest.fixture
@@ -53,9 +42,7 @@ def test_the_team_pages_do_not_exist_for_workers_and_supervisors(
     role, make_user, ana, browser_for
 ):
     client = browser_for(make_user(roles=(role,)))
-    for path in ["/team/skills/", "/team/intake/", "/team/processes/"]:
-        assert client.get(path).status_code == 404, path
-    assert client.post("/team/intake/redrive/").status_code == 404
+    assert client.get("/team/skills/").status_code == 404
     response = client.post(f"/team/skills/{ana.pk}/", row_post(**{"skill-invoice-review": "5"}))
     assert response.status_code == 404
     assert held(ana) == {"invoice-review": 2}
@@ -80,6 +67,17 @@ def test_the_matrix_shows_workers_by_email_and_skills_with_proficiency(
     assert 'aria-label="Invoice review of ana@example.com"' in html
     assert "accounts/team.js" in html  # the script of these pages, and only these
     assert "accounts/team.js" not in browser_for(ana).get("/").content.decode()
+
+
+def test_the_team_pages_link_to_each_other(admin, browser_for):
+    """The skills page is the accounts app's; intake errors and processes are their apps'."""
+    client = browser_for(admin)
+    for path in ["/team/skills/", "/team/intake/", "/team/processes/"]:
+        html = client.get(path).content.decode()
+        nav = re.search(r'<nav class="team-nav".*?</nav>', html, re.S).group(0)
+        assert re.findall(r'href="([^"]+)"', nav) == [
+            "/team/skills/", "/team/intake/", "/team/processes/"], path
+        assert nav.count('aria-current="page"') == 1, path
 
 
 # Edits ---------------------------------------------------------------------------------------
@@ -146,6 +144,50 @@ def test_a_bad_value_is_refused_at_its_cell_and_nothing_changes(
     assert (ana.availability, ana.capacity) == (Availability.AVAILABLE, 3)
 
 
+@pytest.mark.parametrize(("field", "value", "error"), [
+    ("skill-invoice-review", "03", "Proficiency must be from 1 to 5."),
+    ("skill-invoice-review", "3.0", "Proficiency must be from 1 to 5."),
+    ("capacity", "7.0", "Capacity must be a whole number from 0 to 100."),
+    ("capacity", "", "Capacity must be a whole number from 0 to 100."),
+    ("availability", "", "Choose available or away."),
+    ("availability", " away", "Choose available or away."),
+])
+def test_only_the_values_the_page_offers_are_taken(field, value, error, admin, ana, browser_for):
+    """A hand-made post is read as strictly as the page's own (spaces around aside)."""
+    response = browser_for(admin).post(f"/team/skills/{ana.pk}/", row_post(**{field: value}))
+    assert response.status_code == 400
+    assert messages_of(response) == [f"Nothing saved for ana@example.com: {error}"]
+    assert held(ana) == {"invoice-review": 2}
+
+
+def test_spaces_around_a_value_are_ignored_and_fields_not_posted_are_left_alone(
+    admin, ana, browser_for
+):
+    client = browser_for(admin)
+    response = client.post(f"/team/skills/{ana.pk}/", {"skill-finance-approval": " 4 ",
+                                                       "capacity": " 7 "}, follow=True)
+    assert messages_of(response) == ["Saved ana@example.com: Finance approval 4, capacity 7."]
+    ana.refresh_from_db()
+    assert held(ana) == {"finance-approval": 4, "invoice-review": 2}
+    assert (ana.availability, ana.capacity) == (Availability.AVAILABLE, 7)
+
+
+def test_every_bad_value_of_a_row_is_named_in_the_order_of_the_row(admin, ana, browser_for):
+    response = browser_for(admin).post(f"/team/skills/{ana.pk}/", row_post(**{
+        "skill-finance-approval": " 9 ", "skill-invoice-review": "3",
+        "availability": "asleep", "capacity": "lots"}))
+    assert response.status_code == 400
+    assert messages_of(response) == [
+        "Nothing saved for ana@example.com: Proficiency must be from 1 to 5.; "
+        "Choose available or away.; Capacity must be a whole number from 0 to 100."]
+    row = response.context["rows"][0]
+    assert [(cell.value, cell.error) for cell in row.cells] == [
+        ("9", "Proficiency must be from 1 to 5."), ("3", "")]  # as posted, spaces aside
+    assert (row.availability, row.capacity, row.focus) == (
+        "asleep", "lots", "skill-finance-approval")
+    assert held(ana) == {"invoice-review": 2}
+
+
 def test_every_post_needs_the_csrf_token(admin, ana, browser_for):
     client = browser_for(admin, enforce_csrf_checks=True)
     data = row_post(**{"skill-invoice-review": "5"}, capacity="9")
@@ -203,75 +245,7 @@ def test_more_than_a_page_of_workers_goes_on_by_keyset(
     assert second.context["next_after"] == ""
 
 
-# Intake errors and processes -----------------------------------------------------------------
-
-
-def test_intake_errors_are_listed_with_their_problems(admin, browser_for, review_skill):
-    """A message with an unknown skill is refused by the real intake and shows up here."""
-    message = sqs_message(envelope(skill="no-such-skill"))
-    assert intake_message(message=message) != "created"
-    error = IntakeError.objects.get()
-    assert error.message_id == message["MessageId"]
-    page = browser_for(admin).get("/team/intake/")
-    assert page.status_code == 200
-    html = page.content.decode()
-    assert f"<code>{error.message_id}</code>" in html
-    for problem in error.problems:
-        assert f"<li>{problem}</li>" in html
-    assert 'action="/team/intake/redrive/"' in html
-
-
-@pytest.fixture
-def queues(settings, emulator) -> dict[str, str]:
-    """Give the test an intake queue and dead-letter queue of its own."""
-    name = unique("team-intake")
-    settings.INBOX_INTAKE_QUEUE = name
-    settings.INBOX_INTAKE_DLQ = f"{name}-dlq"
-    return aws.intake_queues_ensure()
-
-
-@pytest.mark.emulator
-@pytest.mark.django_db(transaction=True)
-def test_redrive_moves_dead_letters_back_to_the_intake_queue(queues, admin, browser_for):
-    for _ in range(2):
-        aws.message_send(url=queues["dlq_url"], body="{}")
-    client = browser_for(admin, enforce_csrf_checks=True)
-    assert client.post("/team/intake/redrive/").status_code == 403
-    page = client.get("/team/intake/").content.decode()
-    token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page).group(1)
-    response = client.post("/team/intake/redrive/", {"csrfmiddlewaretoken": token},
-                           follow=True)
-    assert messages_of(response) == [
-        "Moved 2 message(s) from the dead-letter queue back to the intake queue."]
-    attributes = aws.queue_attributes(url=queues["queue_url"])
-    assert attributes["ApproximateNumberOfMessages"] == "2"
-    response = client.post("/team/intake/redrive/", {"csrfmiddlewaretoken": token},
-                           follow=True)
-    assert messages_of(response) == ["The dead-letter queue is empty."]
-
-
-@pytest.mark.emulator
-def test_processes_are_listed_with_their_versions(emulator, admin, browser_for):
-    name = unique_name()
-    process_deploy(text=wait_spec(name=name), source="a.yaml", user=admin)
-    newest, _ = process_deploy(text=wait_spec(name=name, version=2), source="a.yaml")
-    page = browser_for(admin).get("/team/processes/")
-    assert page.status_code == 200
-    html = page.content.decode()
-    assert f"<code>{name}</code>" in html
-    assert f"<code>{newest.state_machine_name}</code>" in html
-    assert html.index("v2 <span") < html.index("<td>v1</td>")  # newest first, marked current
-    assert "root@example.com" in html  # v1's deployer
-
-
 # The help overlay ---------------------------------------------------------------------------
-
-
-def help_keys(html: str) -> set[str]:
-    """The keys the page's help dialog lists (each <kbd> inside <dialog id="help-dialog">)."""
-    dialog = re.search(r'<dialog id="help-dialog".*?</dialog>', html, re.S)
-    assert dialog, "the page has no help dialog"
-    return set(re.findall(r"<kbd>([^<]+)</kbd>", dialog.group(0)))
 
 
 def test_the_help_lists_only_the_team_pages_own_shortcuts(admin, browser_for):
@@ -279,5 +253,3 @@ def test_the_help_lists_only_the_team_pages_own_shortcuts(admin, browser_for):
     everywhere = {"?", "Esc"}
     assert help_keys(client.get("/team/skills/").content.decode()) == everywhere | {
         "Tab", "Shift", "Enter"}
-    for path in ["/team/intake/", "/team/processes/"]:
-        assert help_keys(client.get(path).content.decode()) == everywhere, path

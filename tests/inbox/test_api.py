@@ -44,6 +44,26 @@ def test_a_bad_answer_is_a_400_naming_the_field(api, make_task, make_worker):
     assert response.json()["errors"] == {"comment": "required when decision is reject"}
 
 
+def test_json_answers_are_validated_as_json_values(api, make_task, make_worker):
+    """A boolean is a checkbox's value; 1 is not, and a field the form lacks is refused."""
+    worker = make_worker({"invoice-review": 3})
+    make_task(form="acknowledge")
+    client = api(worker)
+    task = client.post("/api/inbox/tasks/next/", {}, format="json").json()
+    url = f"/api/inbox/tasks/{task['id']}/complete/"
+    response = client.post(url, {"answer": {"done": 1, "seen": True}}, format="json")
+    assert response.status_code == 400
+    assert response.json()["errors"] == {
+        "seen": "unknown field; the form 'acknowledge' has no such field",
+        "done": "must be true or false"}
+    response = client.post(url, {"answer": "done"}, format="json")
+    assert response.status_code == 400
+    assert response.json()["errors"] == {"answer": "must be an object of field values"}
+    response = client.post(url, {"answer": {"done": True}}, format="json")
+    assert response.status_code == 200, response.json()
+    assert response.json()["answer"] == {"done": True, "note": None}
+
+
 def test_a_stale_version_is_a_409(api, make_task, make_worker):
     worker = make_worker({"invoice-review": 3})
     task = make_task()

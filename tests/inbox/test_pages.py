@@ -137,6 +137,19 @@ def test_take_next_from_an_empty_queue_goes_home_with_a_message(worker, browser_
     assert messages_of(response) == ["Nothing is waiting in your queues."]
 
 
+def test_a_fresh_task_page_shows_the_empty_form_and_focuses_the_title(
+    make_task, worker, browser_for
+):
+    make_task()
+    task = task_take_next(worker=worker)
+    html = browser_for(worker).get(f"/tasks/{task.pk}/").content.decode()
+    assert 'id="task-title" tabindex="-1" autofocus>' in html
+    assert "aria-invalid" not in html and 'class="field-error"' not in html
+    assert " checked" not in html and re.search(r"<textarea[^>]*></textarea>", html)
+    assert 'aria-describedby="field-comment-help"' in html
+    assert '<kbd aria-hidden="true">1</kbd> Approve' in html
+
+
 def test_a_bad_answer_shows_the_error_at_the_field_and_changes_nothing(
     make_task, worker, browser_for
 ):
@@ -161,6 +174,29 @@ def test_a_bad_answer_shows_the_error_at_the_field_and_changes_nothing(
     task.refresh_from_db()
     assert (task.state, task.answer) == (TaskState.IN_PROGRESS, None)
     assert not Outbox.objects.exists()
+
+
+def test_a_checkbox_left_unticked_is_not_posted_and_is_refused_when_required(
+    make_task, worker, browser_for
+):
+    make_task(form="acknowledge")
+    task = task_take_next(worker=worker)
+    client = browser_for(worker)
+    response = client.post(f"/tasks/{task.pk}/complete/",
+                           {"note": "  seen ", "version": task.version})
+    assert response.status_code == 400
+    html = response.content.decode()
+    checkbox = re.search(r'<input type="checkbox"[^>]*>', html).group(0)
+    assert 'aria-invalid="true"' in checkbox and "autofocus" in checkbox
+    assert " checked" not in checkbox
+    assert '<p class="field-error" id="field-done-error">Required</p>' in html
+    assert re.search(r'<textarea[^>]*>  seen </textarea>', html)  # kept as typed
+    assert messages_of(response) == ["The answer needs another look. Done: required."]
+    response = client.post(f"/tasks/{task.pk}/complete/",
+                           {"done": "true", "note": "  seen ", "version": task.version})
+    assert response.status_code == 302
+    task.refresh_from_db()
+    assert task.answer == {"done": True, "note": "  seen "}
 
 
 def test_complete_opens_the_next_task(make_task, worker, browser_for):
@@ -446,8 +482,8 @@ def test_every_field_type_renders_with_its_constraints_and_label():
     from django.http import QueryDict
     from django.template.loader import render_to_string
 
-    from inbox.answer_form import answer_from_post, bound_fields
-    from processes.forms import Field, Form
+    from inbox.answer_form import answer_fields
+    from processes.forms import Field, Form, answer_form_class
 
     form = Form(name="all", title="All", fields=(
         Field(name="amount", type="number", label="Amount", required=True, min=0, max=10),
@@ -457,9 +493,12 @@ def test_every_field_type_renders_with_its_constraints_and_label():
         Field(name="country", type="choice", label="Country",
               choices=tuple((f"c{n}", f"Country {n}") for n in range(12))),
     ))
-    answer = answer_from_post(form, QueryDict("amount=11&ok=true&country=c3&csrfmiddlewaretoken=x"))
-    assert answer == {"amount": "11", "ok": "true", "country": "c3"}
-    fields = bound_fields(form, values=answer, errors={"amount": "must be at most 10"})
+    posted = answer_form_class(form)(
+        data=QueryDict("amount=11&ok=true&country=c3&csrfmiddlewaretoken=x"))
+    assert posted.answer() == {"amount": "11", "due": None, "ref": None, "ok": "true",
+                               "country": "c3"}  # the form's fields only, as posted
+    assert posted.problems() == {"amount": "must be at most 10"}
+    fields = answer_fields(posted)
     html = {bf.field.name: render_to_string("inbox/_field.html", {"bf": bf}) for bf in fields}
     assert re.search(r'<label for="field-amount">Amount <span class="req"', html["amount"])
     assert all(part in html["amount"] for part in [
