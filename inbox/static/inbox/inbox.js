@@ -9,6 +9,16 @@
 //   [data-needs-script]    shown only once this file runs (a control that needs it)
 // Every [data-opens] control is a link or a form of its own, working without this file: the
 // script opens the dialog in its place.
+
+// Run fn once the page is parsed: at once for this deferred file, later if loaded early.
+function inboxReady(fn) {
+  if (document.readyState === "loading") {
+    document.addEventListener("DOMContentLoaded", fn);
+  } else {
+    fn();
+  }
+}
+
 (function () {
   "use strict";
 
@@ -260,11 +270,7 @@
     }
   }
 
-  if (document.readyState === "loading") {
-    document.addEventListener("DOMContentLoaded", start);
-  } else {
-    start();
-  }
+  inboxReady(start);
 })();
 
 // The supervisor board: refreshes itself, checks all rows, shows the bulk fields an action
@@ -344,11 +350,7 @@
     });
   }
 
-  if (document.readyState === "loading") {
-    document.addEventListener("DOMContentLoaded", start);
-  } else {
-    start();
-  }
+  inboxReady(start);
 })();
 
 // The execution's timeline on a supervisor's task page. While the [data-timeline] section
@@ -406,9 +408,5 @@
     if (pending()) poll(Date.now());
   }
 
-  if (document.readyState === "loading") {
-    document.addEventListener("DOMContentLoaded", start);
-  } else {
-    start();
-  }
+  inboxReady(start);
 })();
