@@ -111,16 +111,17 @@ def _complete(request: HttpRequest, task_id: UUID) -> Task | HttpResponse:
 
 
 # Each action: the service it calls with what the page posts, what it says, where it goes.
-task_complete = task_action(_complete, done="Completed: {task.title}.", then=_open_next)
-task_reject = task_action(
+task_complete_page = task_action(_complete, done="Completed: {task.title}.", then=_open_next)
+task_reject_page = task_action(
     calls(worker.task_reject, reason=posted("reason")), done="Rejected: {task.title}.",
     then=_open_next, form=lambda request, task_id: _reason_page(request, task_id, "reject"))
-task_release = task_action(
+task_release_page = task_action(
     calls(worker.task_release, reason=posted("reason")),
     done="Released: {task.title}. It is back in its queue.", then=to_home)
-task_claim = task_action(calls(worker.task_claim))
-task_accept = task_action(calls(worker.task_accept), done="Accepted. The work clock is running.")
-task_decline = task_action(
+task_claim_page = task_action(calls(worker.task_claim))
+task_accept_page = task_action(calls(worker.task_accept),
+                               done="Accepted. The work clock is running.")
+task_decline_page = task_action(
     calls(worker.task_decline, reason=posted("reason")),
     done="Declined: {task.title}. It will be offered to someone else.", then=to_home,
     form=lambda request, task_id: _reason_page(request, task_id, "decline"))

@@ -129,24 +129,24 @@ def _posted_seconds(request: HttpRequest) -> int:
 
 
 # Each action: the service it calls with what the page posts, and what it says.
-task_reassign = task_action(
+task_reassign_page = task_action(
     calls(supervisor.task_reassign, actor="supervisor", worker=_posted_worker,
           reason=posted("reason")),
     done="Reassigned to {task.assignee.email}: {task.title}.")
-task_return = task_action(
+task_return_page = task_action(
     calls(supervisor.task_return, actor="supervisor", reason=posted("reason")),
     done="Returned to the queue: {task.title}.")
-task_extend = task_action(
+task_extend_page = task_action(
     calls(supervisor.task_extend, actor="supervisor", clock=posted("clock"),
           seconds=_posted_seconds, reason=posted("reason")),
     done="Extended the {post[clock]} clock: {task.title}.")
-task_abort = task_action(
+task_abort_page = task_action(
     calls(supervisor.task_abort, actor="supervisor", reason=posted("reason")),
     done="Aborted: {task.title}.")
 
 
 @require_POST
-def tasks_bulk(request: HttpRequest) -> HttpResponse:
+def tasks_bulk_page(request: HttpRequest) -> HttpResponse:
     """Apply one action to every checked task; say how each one went."""
     _need_supervisor(request)
     back = reverse("inbox:supervisor")
