@@ -175,11 +175,8 @@ def _every(seconds: float, task: str, *, expires: float) -> dict:
 CELERY_BEAT_SCHEDULE = {
     # Long-polls the intake queue; a cache lock keeps one poll at a time.
     "intake-poll": _every(10.0, "inbox.tasks.intake_poll_task", expires=9),
-    # The clocks: offer, work and overall timeouts; the sweeper is the guarantee.
-    "deadlines-sweep": _every(2.0, "inbox.tasks.deadlines_sweep_task", expires=2),
-    "heartbeats": _every(5.0, "inbox.tasks.heartbeats_task", expires=4),
-    # Cancels open tasks whose execution stopped, failed or vanished upstream.
-    "executions-check": _every(30.0, "inbox.tasks.executions_check_task", expires=25),
+    # The clocks (timeouts, heartbeats, upstream checks) are not here: they run in their
+    # own process (manage.py clock_run), where no other work can hold them up.
     # Sends callbacks that are due: retries, and any whose on-commit enqueue was lost.
     "outbox-drain": _every(5.0, "inbox.tasks.outbox_drain_task", expires=4),
     # Offers queued push-queue tasks nobody was available for when they arrived.
@@ -221,6 +218,15 @@ INBOX_BASE_URL = env_str("INBOX_BASE_URL", "http://127.0.0.1:8000").rstrip("/")
 # callback is dead (visible to admins, requeueable).
 INBOX_SENDTASK_RATE = env_int("INBOX_SENDTASK_RATE", 250, minimum=0)
 INBOX_CALLBACK_MAX_ATTEMPTS = env_int("INBOX_CALLBACK_MAX_ATTEMPTS", 8, minimum=1, maximum=50)
+
+# The clock process (manage.py clock_run): the longest it sleeps between sweeps when no
+# deadline is nearer (in milliseconds: a deadline set elsewhere is seen within it), and how
+# often it sends due heartbeats and checks open tasks' executions upstream (seconds).
+INBOX_CLOCK_MAX_WAIT_SECONDS = env_int("INBOX_CLOCK_MAX_WAIT_MS", 500, minimum=10,
+                                       maximum=60_000) / 1000
+INBOX_HEARTBEATS_EVERY_SECONDS = env_int("INBOX_HEARTBEATS_EVERY_SECONDS", 1, minimum=1)
+INBOX_EXECUTIONS_CHECK_EVERY_SECONDS = env_int("INBOX_EXECUTIONS_CHECK_EVERY_SECONDS", 30,
+                                               minimum=1)
 
 # Task token vault ------------------------------------------------------------
 

@@ -2,7 +2,8 @@
 
 Thin entry points, enqueued by name (inbox.effects) after the change that needs them
 commits, or run by beat (config/settings.py CELERY_BEAT_SCHEDULE). They import the
-services; no service imports them.
+services; no service imports them. The clocks are not Celery tasks: they run in their own
+process (manage.py clock_run), so nothing queued ahead of them can make a deadline late.
 """
 
 import logging
@@ -11,7 +12,6 @@ from celery import shared_task
 
 from inbox.notifications import notify
 from inbox.services.callback import callback_send, outbox_drain
-from inbox.services.clock import deadlines_sweep, executions_check, heartbeats_send
 from inbox.services.dispatcher import dispatch_pending, task_dispatch
 from inbox.services.intake import intake_poll_once
 from inbox.timeline import timeline_refresh
@@ -39,27 +39,6 @@ def outbox_drain_task() -> int:
     if handled:
         logger.info("Outbox drain handled %d callback(s)", handled)
     return handled
-
-
-# Clocks ---------------------------------------------------------------------------------
-
-
-@shared_task(ignore_result=True)
-def deadlines_sweep_task() -> dict[str, int]:
-    """Apply the due offer, work and overall timeouts."""
-    return deadlines_sweep()
-
-
-@shared_task(ignore_result=True)
-def heartbeats_task() -> dict[str, int]:
-    """Send the due heartbeats of open tasks whose stage has HeartbeatSeconds."""
-    return heartbeats_send()
-
-
-@shared_task(ignore_result=True)
-def executions_check_task() -> dict[str, int]:
-    """Cancel open tasks whose execution ended upstream."""
-    return executions_check()
 
 
 # Offers and notices ---------------------------------------------------------------------

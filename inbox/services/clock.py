@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from django.db import transaction
-from django.db.models import F, Q
+from django.db.models import F, Min, Q
 from django.utils import timezone
 
 from config.errors import Conflict, ExternalServiceError
@@ -115,6 +115,39 @@ def deadlines_sweep(*, batch: int = BATCH, now: datetime.datetime | None = None
                     handled["failed"] += 1
                     logger.exception("The %s timeout of task %s failed", clock, task_id)
     return handled
+
+
+def next_deadline() -> datetime.datetime | None:
+    """Return the earliest running deadline of any clock, or None when no clock runs.
+
+    One MIN per clock, each read from the end of its partial index.
+    """
+    moments = [
+        Task.objects.filter(due).aggregate(first=Min(column))["first"]
+        for due, column in (
+            (Q(state=TaskState.OFFERED), "offer_deadline"),
+            (Q(state=TaskState.IN_PROGRESS), "work_deadline"),
+            (Q(state__in=OPEN_STATES), "overall_deadline"),
+        )
+    ]
+    return min((moment for moment in moments if moment is not None), default=None)
+
+
+def deadlines_wait(*, most: float, now: datetime.datetime | None = None) -> float:
+    """Apply what is due, then return how long to sleep before the next sweep (at most most).
+
+    No wait while a sweep handled a whole batch (a backlog is worked off at once); else
+    until the next deadline, or most seconds, so a nearer deadline set meanwhile by another
+    process (an offer, a take) is seen within most seconds.
+    """
+    now = now or timezone.now()
+    handled = deadlines_sweep(now=now)
+    if max(handled.get(clock, 0) for clock in ("offer", "work", "overall")) >= BATCH:
+        return 0.0
+    upcoming = next_deadline()
+    if upcoming is None:
+        return most
+    return max(0.0, min(most, (upcoming - timezone.now()).total_seconds()))
 
 
 # Heartbeats ------------------------------------------------------------------------------

@@ -1,0 +1,90 @@
+"""Run the clocks: a process of their own, so no other work ever delays a deadline."""
+
+import logging
+import signal
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandParser
+from django.db import close_old_connections, connection
+
+from inbox.services.clock import deadlines_wait, executions_check, heartbeats_send
+
+logger = logging.getLogger("inbox.clock")
+
+# After an unexpected error a loop waits this long before it tries again.
+ERROR_PAUSE_SECONDS = 1.0
+
+
+class Command(BaseCommand):
+    help = (
+        "Run the clocks until stopped: apply offer, work and overall timeouts as they fall "
+        "due (sleeping until the next deadline), send the due heartbeats, and check open "
+        "tasks' executions upstream. One thread each, so a slow Step Functions call never "
+        "delays a deadline. Several may run at once (each due row is claimed once)."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--once", action="store_true",
+                            help="One round of each, then stop (for scripts and tests).")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        stop = threading.Event()
+        loops: dict[str, Callable[[], float]] = {
+            # Sleeps until the next deadline, at most INBOX_CLOCK_MAX_WAIT_SECONDS.
+            "deadlines": lambda: deadlines_wait(most=settings.INBOX_CLOCK_MAX_WAIT_SECONDS),
+            "heartbeats": _every(settings.INBOX_HEARTBEATS_EVERY_SECONDS, heartbeats_send),
+            "executions": _every(settings.INBOX_EXECUTIONS_CHECK_EVERY_SECONDS,
+                                 executions_check),
+        }
+        if options["once"]:
+            for name, step in loops.items():
+                step()
+                self.stdout.write(f"{name}: one round done")
+            return
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, lambda *_: stop.set())
+        threads = [threading.Thread(target=_loop, args=(name, step, stop), name=f"clock-{name}")
+                   for name, step in loops.items()]
+        for thread in threads:
+            thread.start()
+        self.stdout.write("Clock running: deadlines, heartbeats, executions", ending="\n")
+        self.stdout.flush()
+        while not stop.wait(0.5):
+            pass
+        for thread in threads:
+            thread.join()
+        self.stdout.write("Clock stopped.")
+
+
+def _every(seconds: float, work: Callable[[], Any]) -> Callable[[], float]:
+    """Return a step that does work, then waits what is left of seconds."""
+
+    def step() -> float:
+        started = time.monotonic()
+        work()
+        return max(0.0, seconds - (time.monotonic() - started))
+
+    return step
+
+
+def _loop(name: str, step: Callable[[], float], stop: threading.Event) -> None:
+    """Run step until stop is set, sleeping as long as it says; an error is logged, not fatal."""
+    try:
+        while not stop.is_set():
+            close_old_connections()
+            try:
+                wait = step()
+            except Exception:
+                # Loud, and the clock goes on: a database restart or a bug in one task must
+                # not stop every deadline. The connection may be broken: start a fresh one.
+                logger.exception("The %s clock failed; trying again in %.0f s", name,
+                                 ERROR_PAUSE_SECONDS)
+                connection.close()
+                wait = ERROR_PAUSE_SECONDS
+            stop.wait(wait)
+    finally:
+        connection.close()

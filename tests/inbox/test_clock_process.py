@@ -1,0 +1,85 @@
+"""The clock process: sweeps when deadlines fall due, sleeps until the next, never stops."""
+
+import datetime
+import threading
+
+from django.core.management import call_command
+
+from inbox.management.commands import clock_run
+from inbox.models import Task, TaskState
+from inbox.services import clock as clock_service
+from inbox.services.clock import BATCH, deadlines_wait, next_deadline
+from inbox.services.worker import task_take_next
+
+SHORT = {"offer": 60, "work": 5, "overall": 3600}
+
+
+def _seconds(**delta: float) -> datetime.timedelta:
+    return datetime.timedelta(**delta)
+
+
+def test_no_running_clock_means_no_next_deadline(db):
+    assert next_deadline() is None
+
+
+def test_the_next_deadline_is_the_earliest_running_clock(clock, make_task, worker):
+    queued = make_task(timeouts=SHORT)
+    assert next_deadline() == queued.overall_deadline
+    make_task(timeouts=SHORT)
+    taken = task_take_next(worker=worker)
+    assert next_deadline() == taken.work_deadline == clock.now + _seconds(seconds=5)
+
+
+def test_the_clock_sleeps_until_the_next_deadline_then_applies_it(clock, make_task, worker):
+    make_task(timeouts=SHORT)
+    taken = task_take_next(worker=worker)
+
+    assert deadlines_wait(most=30) == 5.0  # the work clock, not the 30 s cap
+    assert deadlines_wait(most=2) == 2.0  # a nearer deadline set elsewhere: seen within 2 s
+    clock.advance(seconds=5)
+    assert deadlines_wait(most=2) == 2.0
+    assert Task.objects.get(pk=taken.pk).state == TaskState.QUEUED
+
+
+def test_with_nothing_running_the_clock_waits_its_longest(db):
+    assert deadlines_wait(most=0.5) == 0.5
+
+
+def test_a_full_batch_is_followed_at_once_by_the_next(clock, make_task, monkeypatch):
+    """A backlog is worked off without sleeping between batches."""
+    monkeypatch.setattr(clock_service, "BATCH", 2)
+    for _ in range(3):
+        make_task(timeouts={"offer": 60, "work": 60, "overall": 60})
+    clock.advance(seconds=61)
+    assert clock_service.deadlines_wait(most=5) == 0.0  # two handled: maybe more are due
+    assert clock_service.deadlines_wait(most=5) == 5.0  # the third; nothing else runs
+    assert not Task.objects.filter(state=TaskState.QUEUED).exists()
+    assert BATCH > 2
+
+
+def test_one_round_of_each_clock_from_the_command(clock, make_task, capsys):
+    task = make_task(timeouts={"offer": 60, "work": 60, "overall": 60})
+    clock.advance(seconds=61)
+    call_command("clock_run", "--once")
+    assert Task.objects.get(pk=task.pk).state == TaskState.ABORTING
+    assert capsys.readouterr().out.splitlines() == [
+        "deadlines: one round done", "heartbeats: one round done", "executions: one round done"]
+
+
+def test_a_failing_round_is_logged_and_the_clock_goes_on(transactional_db, caplog, monkeypatch):
+    monkeypatch.setattr(clock_run, "ERROR_PAUSE_SECONDS", 0.01)
+    stop = threading.Event()
+    rounds: list[int] = []
+
+    def step() -> float:
+        rounds.append(1)
+        if len(rounds) == 1:
+            raise RuntimeError("the database went away")
+        stop.set()
+        return 0.0
+
+    clock_run._loop("deadlines", step, stop)
+
+    assert len(rounds) == 2
+    assert "The deadlines clock failed" in caplog.text
+    assert "the database went away" in caplog.text
