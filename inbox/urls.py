@@ -1,11 +1,12 @@
 from django.urls import path
 
-from inbox import views, views_intake, views_supervisor
+from inbox import views, views_intake, views_live, views_supervisor
 
 app_name = "inbox"
 
 urlpatterns = [
     path("", views.home, name="home"),
+    path("live/", views_live.live_stream, name="live"),
     path("tasks/next/", views.take_next, name="take-next"),
     path("tasks/<uuid:task_id>/", views.task_detail, name="task"),
     path("tasks/<uuid:task_id>/complete/", views.task_complete_page, name="task-complete"),

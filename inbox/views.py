@@ -18,6 +18,7 @@ from accounts.selectors import user_roles
 from config.errors import Conflict, NotFound
 from inbox.answer_form import answer_fields
 from inbox.lifecycle import transition_problem
+from inbox.live import live_url
 from inbox.models import Task, TaskState
 from inbox.page_actions import calls, posted, posted_version, refused, task_action, to_home
 from inbox.selectors import (
@@ -38,6 +39,7 @@ NOTHING_WAITING = "Nothing is waiting in your queues."
 @require_safe
 def home(request: HttpRequest) -> HttpResponse:
     """Show the signed-in user's queues (their skills), what they hold, and their roles."""
+    stream = live_url()  # first: see inbox.live.live_url
     queues = my_queues(user=request.user)
     return render(
         request,
@@ -47,6 +49,7 @@ def home(request: HttpRequest) -> HttpResponse:
             "held": list(my_tasks(user=request.user)),
             "roles": sorted(role.label for role in user_roles(user=request.user)),
             "can_take": any(queue["dispatch"] == Dispatch.PULL for queue in queues),
+            "live_url": stream,
         },
     )
 
@@ -69,7 +72,8 @@ def take_next(request: HttpRequest) -> HttpResponse:
 @require_safe
 def task_detail(request: HttpRequest, task_id: UUID) -> HttpResponse:
     """Show a task: its input, its clocks, its form (to whoever holds it) and its history."""
-    return task_page(request, _visible_task(request, task_id))
+    stream = live_url()  # first: see inbox.live.live_url
+    return task_page(request, _visible_task(request, task_id), stream=stream)
 
 
 def _open_next(request: HttpRequest, task: Task) -> HttpResponse:
@@ -142,8 +146,11 @@ def _reason_page(request: HttpRequest, task_id: UUID, kind: str) -> HttpResponse
 
 
 def task_page(request: HttpRequest, task: Task, *, answer_form: AnswerForm | None = None,
-              status: int = 200) -> HttpResponse:
-    """Render the task page; answer_form is a refused answer, bound, to show again."""
+              status: int = 200, stream: str | None = None) -> HttpResponse:
+    """Render the task page; answer_form is a refused answer, bound, to show again.
+
+    stream is the live stream's URL, read before the task was (inbox.live.live_url).
+    """
     mine = task.assignee_id == request.user.pk
     working = mine and task.state == TaskState.IN_PROGRESS
     form = form_problem = None
@@ -171,6 +178,7 @@ def task_page(request: HttpRequest, task: Task, *, answer_form: AnswerForm | Non
             "history": task_history(task=task),
             "supervise": supervisor_panel(request, task),
             "timeline": timeline_panel(request, task),
+            "live_url": stream or live_url(),
         },
         status=status,
     )

@@ -20,6 +20,7 @@ from django.views.decorators.http import require_POST, require_safe
 from accounts.models import User
 from config.errors import InboxError, NotFound
 from inbox import board, timeline
+from inbox.live import live_url
 from inbox.models import OPEN_STATES, Task, TaskState
 from inbox.page_actions import calls, posted, task_action
 from inbox.selectors import access_task, visible_tasks
@@ -44,6 +45,7 @@ DONE = {
 def supervisor_board(request: HttpRequest) -> HttpResponse:
     """Show per-skill counts and one page of the open tasks of the supervisor's skills."""
     _need_supervisor(request)
+    stream = live_url()  # first: see inbox.live.live_url
     now = timezone.now()
     filters = board.Filters.from_query(request.GET)
     skills = list(board.supervised_skills(user=request.user))
@@ -72,6 +74,7 @@ def supervisor_board(request: HttpRequest) -> HttpResponse:
             "workers": list(board.bulk_workers(skills=skills)),
             "bulk_actions": BULK_ACTIONS.items(),
             "clocks": supervisor.CLOCKS,
+            "live_url": stream,
         },
     )
 

@@ -263,11 +263,14 @@ function inboxReady(fn) {
     }
     // Parts of the page replaced by a fetch (board refresh, execution timeline) say so.
     document.addEventListener("inbox:refreshed", localTimes);
+    // Rows put in place by a refresh are filtered as the box says.
+    document.addEventListener("inbox:refreshed", function () {
+      if (box && box.value) filterRows(box);
+    });
     localTimes();
     tick();
-    if (document.querySelector("time[data-deadline], time[data-since]")) {
-      window.setInterval(tick, 1000);
-    }
+    // Every second, also for countdowns a live update puts on the page later.
+    window.setInterval(tick, 1000);
   }
 
   inboxReady(start);
@@ -334,6 +337,12 @@ function inboxReady(fn) {
     if (region) {
       var seconds = Number(region.getAttribute("data-refresh-seconds")) || 15;
       window.setInterval(refresh, seconds * 1000);
+      // Live: a change of any task refreshes the board soon after (a burst once).
+      var soon = null;
+      document.addEventListener("inbox:signal", function () {
+        window.clearTimeout(soon);
+        soon = window.setTimeout(refresh, 200);
+      });
     }
     var action = document.querySelector("[data-bulk-action]");
     if (action) {
@@ -406,6 +415,158 @@ function inboxReady(fn) {
 
   function start() {
     if (pending()) poll(Date.now());
+  }
+
+  inboxReady(start);
+})();
+
+// Live updates. A page marked [data-live] opens one EventSource on that URL. Each "task"
+// event names a task, its version, the action and the new state (never the task's data);
+// the page then fetches itself again through the normal view and puts the fresh
+// [data-live-region] parts (each with an id) in place. What the user is typing is never
+// replaced: the answer form stays as it is, and is disabled with a notice when the task
+// is taken away. Without EventSource (or without this file) the pages work as before.
+(function () {
+  "use strict";
+
+  var SOUND_KEY = "inbox:offer-sound";
+  var root = null, waiting = null, fetching = false, again = false;
+
+  function say(text) {
+    var region = document.querySelector(".messages[aria-live]");
+    if (!region) return;
+    var p = document.createElement("p");
+    p.className = "message info";
+    p.textContent = text;
+    region.appendChild(p);
+  }
+
+  function chime() {
+    if (window.localStorage.getItem(SOUND_KEY) !== "on") return;
+    var Context = window.AudioContext || window.webkitAudioContext;
+    if (!Context) return;
+    var context = new Context(), tone = context.createOscillator(), gain = context.createGain();
+    tone.frequency.value = 880;
+    gain.gain.setValueAtTime(0.15, context.currentTime);
+    gain.gain.exponentialRampToValueAtTime(0.001, context.currentTime + 0.4);
+    tone.connect(gain).connect(context.destination);
+    tone.start();
+    tone.stop(context.currentTime + 0.4);
+  }
+
+  function offers(doc) {
+    var found = {};
+    doc.querySelectorAll("[data-offer]").forEach(function (row) {
+      found[row.getAttribute("data-offer")] = row.getAttribute("data-offer-title");
+    });
+    return found;
+  }
+
+  function typingIn(el) {
+    var active = document.activeElement;
+    return Boolean(active && el.contains(active) && active.matches("input, textarea, select"));
+  }
+
+  // The task page: what to do when the fresh page says this user can no longer act.
+  function taskChanged(fresh) {
+    var head = fresh.querySelector("[data-live-task]");
+    if (head) root.setAttribute("data-live-version", head.getAttribute("data-live-version"));
+    var acting = document.querySelector("[data-live-acting]");
+    if (!acting) return;
+    var now = fresh.querySelector("[data-live-acting]");
+    if (now && now.getAttribute("data-live-acting") === acting.getAttribute("data-live-acting")) {
+      // Still theirs (a clock extended): the page's forms act on the new version.
+      document.querySelectorAll("input[name=version]").forEach(function (input) {
+        input.value = root.getAttribute("data-live-version");
+      });
+      return;
+    }
+    var state = fresh.querySelector("#task-meta .state");
+    var notice = document.getElementById("task-notice");
+    notice.textContent = "This task changed while you had it open" +
+      (state ? " (now " + state.textContent.trim().toLowerCase() + ")" : "") +
+      ": you can no longer act on it here. What you typed is kept; copy it if you need it.";
+    notice.hidden = false;
+    acting.removeAttribute("data-live-acting");
+    acting.classList.add("taken-away");
+    acting.querySelectorAll("button, select, input[type=radio], input[type=checkbox]")
+      .forEach(function (el) { el.disabled = true; });
+    acting.querySelectorAll("input, textarea").forEach(function (el) { el.readOnly = true; });
+    acting.querySelectorAll("[data-shortcut]").forEach(function (el) {
+      el.removeAttribute("data-shortcut");
+      el.setAttribute("aria-disabled", "true");
+      el.classList.add("disabled");
+    });
+    document.querySelectorAll("dialog[open]").forEach(function (dialog) { dialog.close(); });
+  }
+
+  function refetch() {
+    if (fetching) { again = true; return; }
+    if (document.querySelector("form[aria-busy=true]")) return; // leaving the page anyway
+    fetching = true;
+    var before = offers(document);
+    window.fetch(window.location.href, {credentials: "same-origin",
+                                        headers: {"Accept": "text/html"}})
+      .then(function (response) {
+        if (!response.ok || response.redirected) return null;
+        return response.text();
+      })
+      .then(function (html) {
+        if (!html) return;
+        var fresh = new DOMParser().parseFromString(html, "text/html");
+        document.querySelectorAll("[data-live-region][id]").forEach(function (el) {
+          var other = fresh.getElementById(el.id);
+          if (other && !typingIn(el)) el.innerHTML = other.innerHTML;
+        });
+        if (root.hasAttribute("data-live-task")) taskChanged(fresh);
+        var after = offers(fresh), arrived = [];
+        Object.keys(after).forEach(function (id) { if (!(id in before)) arrived.push(id); });
+        arrived.forEach(function (id) {
+          var row = document.querySelector('[data-offer="' + id + '"]');
+          if (row) row.classList.add("arrived");
+          say("New offer: " + after[id] + ". Press a to accept it, d to decline.");
+        });
+        if (arrived.length) chime();
+        document.dispatchEvent(new CustomEvent("inbox:refreshed"));
+      })
+      .catch(function () { /* Offline for a moment: the next signal tries again. */ })
+      .then(function () {
+        fetching = false;
+        if (again) { again = false; refetch(); }
+      });
+  }
+
+  function signalled(signal) {
+    if (root.hasAttribute("data-live-task")) {
+      if (signal.task !== root.getAttribute("data-live-task")) return;
+      if (signal.version <= Number(root.getAttribute("data-live-version"))) return;
+    }
+    document.dispatchEvent(new CustomEvent("inbox:signal", {detail: signal}));
+    if (!root.hasAttribute("data-live-board")) {
+      // A burst of changes is one fetch, soon after the first.
+      window.clearTimeout(waiting);
+      waiting = window.setTimeout(refetch, 150);
+    }
+  }
+
+  function start() {
+    root = document.querySelector("[data-live]");
+    var toggle = document.querySelector("[data-sound-toggle]");
+    if (toggle) {
+      toggle.checked = window.localStorage.getItem(SOUND_KEY) === "on";
+      toggle.addEventListener("change", function () {
+        window.localStorage.setItem(SOUND_KEY, toggle.checked ? "on" : "off");
+      });
+    }
+    if (!root || !window.EventSource) return;
+    var source = new window.EventSource(root.getAttribute("data-live"));
+    source.addEventListener("task", function (event) {
+      var signal;
+      try { signal = JSON.parse(event.data); } catch (e) { return; }
+      signalled(signal);
+    });
+    source.addEventListener("open", function () { root.setAttribute("data-live-open", ""); });
+    window.addEventListener("pagehide", function () { source.close(); });
   }
 
   inboxReady(start);

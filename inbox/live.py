@@ -1,0 +1,228 @@
+"""Live signals: what changed, told to every open page that shows it, within a second.
+
+Every change of a task is a TaskEvent (inbox.lifecycle writes one per transition, in the
+transition's transaction). Each web process has one reader per event loop, ``LiveHub``,
+that reads the events past the last it saw a few times a second (one indexed query for
+all of the process's connections, whatever their number) and hands each one, as a
+``Signal``, to the connections whose user may see the task. A signal says what changed
+(task id, version, action, state, skill, process and stage), never the task's data: a
+page fetches what it shows through the normal, authorized views.
+
+The reader works the same on SQLite and PostgreSQL, so the embedded default needs neither
+Redis nor LISTEN/NOTIFY. Event ids are given at insert and a transaction may commit after
+a later one: the reader reads again everything newer than what it had seen LAG_SECONDS
+ago and skips what it sent, so a short transaction that commits out of order is not lost.
+"""
+
+import asyncio
+import collections
+import dataclasses
+import logging
+import time
+import weakref
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from django.db import connection
+from django.urls import reverse
+
+from accounts.models import User, WorkerSkill
+from accounts.roles import Role
+from accounts.selectors import user_roles
+from inbox.models import TaskEvent
+
+logger = logging.getLogger(__name__)
+
+POLL_SECONDS = 0.25
+# A transaction that commits later than this after writing its event may be missed (the
+# page still shows it on its next load); the lifecycle's transactions last milliseconds.
+LAG_SECONDS = 2.0
+# Events read per poll at most; a burst larger than this is read over several polls.
+READ_LIMIT = 1000
+# Events replayed to a page that reconnects (EventSource sends Last-Event-ID).
+REPLAY_LIMIT = 500
+# Signals waiting for a slow connection; past this it is closed and reconnects.
+QUEUE_LIMIT = 1000
+
+
+@dataclasses.dataclass(frozen=True)
+class Signal:
+    """One change of one task, as a page is told of it: identifiers, never data."""
+
+    event: int
+    task: str
+    version: int
+    action: str
+    state: str
+    skill: str
+    process: str
+    stage: str
+    # For routing only, never sent: whom the task concerns.
+    skill_id: int
+    assignee_id: int | None
+
+    def as_json(self) -> dict[str, Any]:
+        return {"task": self.task, "version": self.version, "action": self.action,
+                "state": self.state, "skill": self.skill, "process": self.process,
+                "stage": self.stage}
+
+
+_FIELDS = ("id", "task_id", "version", "action", "to_state", "task__skill__slug",
+           "task__process_name", "task__stage", "task__skill_id", "task__assignee_id")
+
+
+def signals_after(event_id: int, *, limit: int = READ_LIMIT) -> list[Signal]:
+    """Return the signals of the events after event_id, oldest first (at most limit)."""
+    rows = (TaskEvent.objects.filter(pk__gt=event_id).order_by("pk")
+            .values_list(*_FIELDS)[:limit])
+    return [Signal(event=pk, task=str(task), version=version, action=action, state=state,
+                   skill=skill, process=process, stage=stage, skill_id=skill_id,
+                   assignee_id=assignee_id)
+            for pk, task, version, action, state, skill, process, stage, skill_id, assignee_id
+            in rows]
+
+
+def latest_event_id() -> int:
+    """Return the id of the newest event (0 when there is none)."""
+    return TaskEvent.objects.order_by("-pk").values_list("pk", flat=True).first() or 0
+
+
+def live_url() -> str:
+    """Return the stream's URL for a page about to be rendered, from the newest event on.
+
+    Read before the page reads what it shows: a change committed in between is then both
+    on the page and told by the stream, never neither.
+    """
+    return f"{reverse('inbox:live')}?since={latest_event_id()}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Audience:
+    """Whose signals a connection gets: the user's skills', or all for an admin."""
+
+    user_id: int
+    skill_ids: frozenset[int]
+    everything: bool
+
+    def wants(self, signal: Signal) -> bool:
+        return (self.everything or signal.skill_id in self.skill_ids
+                or signal.assignee_id == self.user_id)
+
+
+def audience_for(*, user: User) -> Audience:
+    """Return the audience of a user: what inbox.selectors.visible_tasks lets them see."""
+    roles = user_roles(user=user)
+    return Audience(
+        user_id=user.pk,
+        skill_ids=frozenset(WorkerSkill.objects.filter(worker=user)
+                            .values_list("skill_id", flat=True)) if roles else frozenset(),
+        everything=Role.ADMIN in roles,
+    )
+
+
+class Recent:
+    """The last few thousand event ids handled, to skip one read again."""
+
+    def __init__(self, size: int) -> None:
+        self.order: collections.deque[int] = collections.deque()
+        self.ids: set[int] = set()
+        self.size = size
+
+    def add(self, event_id: int) -> bool:
+        """Remember event_id; return False if it was known already."""
+        if event_id in self.ids:
+            return False
+        self.ids.add(event_id)
+        self.order.append(event_id)
+        if len(self.order) > self.size:
+            self.ids.discard(self.order.popleft())
+        return True
+
+
+class Subscription:
+    """One open page: its audience and the signals waiting for it."""
+
+    def __init__(self, audience: Audience) -> None:
+        self.audience = audience
+        self.queue: asyncio.Queue[Signal | None] = asyncio.Queue(maxsize=QUEUE_LIMIT)
+        # A signal both replayed (after a reconnect) and read live is sent once.
+        self.sent = Recent(REPLAY_LIMIT + QUEUE_LIMIT)
+
+    def offer(self, signal: Signal) -> None:
+        if not self.audience.wants(signal) or not self.sent.add(signal.event):
+            return
+        try:
+            self.queue.put_nowait(signal)
+        except asyncio.QueueFull:
+            # A page that does not read: end its stream; its browser reconnects and the
+            # page reloads what it shows.
+            self.queue.get_nowait()
+            self.queue.put_nowait(None)
+
+
+class LiveHub:
+    """The one reader of new events in an event loop, and the pages it tells."""
+
+    def __init__(self) -> None:
+        self.subscriptions: set[Subscription] = set()
+        self.reader: asyncio.Task | None = None
+        self.seen: collections.deque[tuple[float, int]] = collections.deque()
+        self.last_id = -1
+        # Read again within LAG_SECONDS, told once.
+        self.told = Recent(20 * READ_LIMIT)
+
+    def subscribe(self, subscription: Subscription) -> None:
+        self.subscriptions.add(subscription)
+        if self.reader is None or self.reader.done():
+            self.reader = asyncio.get_running_loop().create_task(self._read())
+
+    def unsubscribe(self, subscription: Subscription) -> None:
+        self.subscriptions.discard(subscription)
+
+    async def _read(self) -> None:
+        """Read new events and fan them out while anyone listens; a failure is retried."""
+        while self.subscriptions:
+            try:
+                await self._poll()
+            except Exception:
+                logger.exception("Reading live signals failed; trying again")
+                await sync_to_async(connection.close)()
+                await asyncio.sleep(1)
+            await asyncio.sleep(POLL_SECONDS)
+
+    async def _poll(self) -> None:
+        if self.last_id < 0:
+            self.last_id = await sync_to_async(latest_event_id)()
+            self.seen.append((time.monotonic(), self.last_id))
+            return
+        floor = self._floor()
+        signals = await sync_to_async(signals_after)(floor)
+        for signal in signals:
+            if not self.told.add(signal.event):
+                continue
+            for subscription in list(self.subscriptions):
+                subscription.offer(signal)
+        if signals:
+            self.last_id = max(self.last_id, signals[-1].event)
+        self.seen.append((time.monotonic(), self.last_id))
+
+    def _floor(self) -> int:
+        """Return the newest event id seen at least LAG_SECONDS ago: read again past it."""
+        now = time.monotonic()
+        floor = self.seen[0][1]
+        while len(self.seen) > 1 and now - self.seen[1][0] >= LAG_SECONDS:
+            self.seen.popleft()
+            floor = self.seen[0][1]
+        return floor
+
+
+_hubs: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, LiveHub]" = (
+    weakref.WeakKeyDictionary())
+
+
+def hub() -> LiveHub:
+    """Return the running event loop's hub (one per web process under uvicorn)."""
+    loop = asyncio.get_running_loop()
+    if loop not in _hubs:
+        _hubs[loop] = LiveHub()
+    return _hubs[loop]

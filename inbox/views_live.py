@@ -1,0 +1,77 @@
+"""The live stream: Server-Sent Events telling an open page what changed (inbox.live).
+
+Served by ASGI (uvicorn), where one process holds many open streams; each stream is an
+async generator waiting on its subscription. Every signal names a task and its version;
+the page fetches what it shows through the authorized views.
+"""
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+
+from asgiref.sync import sync_to_async
+from django.core.handlers.asgi import ASGIRequest
+from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
+from django.views.decorators.http import require_safe
+
+from inbox import live
+
+# A comment line this often keeps proxies from closing an idle stream.
+KEEPALIVE_SECONDS = 15
+# How long a browser waits before it reconnects a stream that ended.
+RETRY_MS = 2000
+
+
+@require_safe
+async def live_stream(request: HttpRequest) -> HttpResponse:
+    """Stream the signals of the tasks the signed-in user may see, as text/event-stream."""
+    if not isinstance(request, ASGIRequest):
+        # A WSGI server would hold a thread per open stream and never end it: say there is
+        # no stream here (204 stops EventSource reconnecting); pages work without it.
+        return HttpResponse(status=204)
+    user = await request.auser()
+    if not user.is_authenticated:
+        return HttpResponse("Sign in to follow changes.", status=401,
+                            content_type="text/plain")
+    audience = await sync_to_async(live.audience_for)(user=user)
+    response = StreamingHttpResponse(
+        _events(audience, after=_last_event_id(request)), content_type="text/event-stream")
+    response["Cache-Control"] = "no-cache"
+    response["X-Accel-Buffering"] = "no"  # nginx: pass each event on at once
+    return response
+
+
+def _last_event_id(request: HttpRequest) -> int | None:
+    """Return the event the page is up to date with: the last one a reconnecting browser
+    had (its Last-Event-ID header), else the one the page was rendered at (?since=)."""
+    for value in (request.headers.get("Last-Event-ID"), request.GET.get("since")):
+        try:
+            return max(0, int(value or ""))
+        except ValueError:
+            continue
+    return None
+
+
+async def _events(audience: live.Audience, *, after: int | None) -> AsyncIterator[str]:
+    subscription = live.Subscription(audience)
+    hub = live.hub()
+    hub.subscribe(subscription)
+    try:
+        yield f"retry: {RETRY_MS}\n: connected\n\n"
+        if after is not None:
+            # What happened since the page was rendered (or while the browser was away
+            # before it reconnected), then the live ones.
+            for signal in await sync_to_async(live.signals_after)(after,
+                                                                  limit=live.REPLAY_LIMIT):
+                subscription.offer(signal)
+        while True:
+            try:
+                signal = await asyncio.wait_for(subscription.queue.get(), KEEPALIVE_SECONDS)
+            except TimeoutError:
+                yield ": keep-alive\n\n"
+                continue
+            if signal is None:
+                return  # Too far behind: the browser reconnects and reloads what it shows.
+            yield f"id: {signal.event}\nevent: task\ndata: {json.dumps(signal.as_json())}\n\n"
+    finally:
+        hub.unsubscribe(subscription)

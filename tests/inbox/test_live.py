@@ -1,0 +1,174 @@
+"""Live signals: what changed reaches every open page that may see it, and nothing else."""
+
+import asyncio
+import json
+
+import pytest
+from asgiref.sync import async_to_sync, sync_to_async
+from django.test import AsyncClient
+
+from accounts.roles import Role
+from inbox import live, views_live
+from inbox.live import Audience, LiveHub, Signal, Subscription, signals_after
+from inbox.services.worker import task_claim, task_release
+
+SIGNAL_KEYS = {"task", "version", "action", "state", "skill", "process", "stage"}
+
+
+def _signal(event: int, *, skill_id: int = 1, assignee_id: int | None = None) -> Signal:
+    return Signal(event=event, task=f"task-{event}", version=2, action="claim",
+                  state="in_progress", skill="invoice-review", process="p", stage="s",
+                  skill_id=skill_id, assignee_id=assignee_id)
+
+
+def test_a_signal_names_what_changed_and_carries_no_data(make_task, worker):
+    task = make_task(input={"secret": "the-input"}, title="Pay INV-9")
+    since = live.latest_event_id()
+    task_claim(worker=worker, task_id=task.pk)
+
+    [signal] = signals_after(since)
+
+    assert signal.as_json() == {"task": str(task.pk), "version": 2, "action": "claim",
+                                "state": "in_progress", "skill": "invoice-review",
+                                "process": "invoice-approval", "stage": "review"}
+    assert "the-input" not in json.dumps(signal.as_json())
+    assert "INV-9" not in json.dumps(signal.as_json())
+
+
+def test_each_user_hears_of_the_tasks_they_may_see(make_task, make_worker, make_user, worker,
+                                                  approval_skill):
+    task = make_task()
+    since = live.latest_event_id()
+    task_claim(worker=worker, task_id=task.pk)
+    [signal] = signals_after(since)
+
+    other_skill = make_worker({"finance-approval": 3})
+    admin = make_user(roles=(Role.ADMIN,))
+    nobody = make_user(roles=())
+    assert live.audience_for(user=worker).wants(signal)
+    assert live.audience_for(user=admin).wants(signal)
+    assert not live.audience_for(user=other_skill).wants(signal)
+    assert not live.audience_for(user=nobody).wants(signal)
+
+
+def test_the_holder_hears_of_their_task_without_its_skill():
+    audience = Audience(user_id=7, skill_ids=frozenset(), everything=False)
+    assert audience.wants(_signal(1, skill_id=3, assignee_id=7))
+    assert not audience.wants(_signal(2, skill_id=3, assignee_id=8))
+
+
+def test_an_event_committed_out_of_order_is_told_once_and_not_lost(monkeypatch):
+    """Event 4 commits after event 5 was read: reading again past an older floor finds it."""
+    reads = iter([[_signal(5)], [_signal(4), _signal(5)], []])
+    monkeypatch.setattr(live, "signals_after", lambda floor, **kwargs: next(reads))
+    monkeypatch.setattr(live, "latest_event_id", lambda: 3)
+    monkeypatch.setattr(live, "LAG_SECONDS", 3600)  # every read goes back to the start
+
+    async def scenario() -> list[int]:
+        hub = LiveHub()
+        page = Subscription(Audience(user_id=1, skill_ids=frozenset({1}), everything=False))
+        hub.subscriptions.add(page)
+        for _ in range(4):
+            await hub._poll()
+        told = []
+        while not page.queue.empty():
+            told.append(page.queue.get_nowait().event)
+        return told
+
+    assert async_to_sync(scenario)() == [5, 4]
+
+
+def test_a_page_that_does_not_read_is_ended_not_held(monkeypatch):
+    monkeypatch.setattr(live, "QUEUE_LIMIT", 2)
+
+    async def scenario() -> list:
+        page = Subscription(Audience(user_id=1, skill_ids=frozenset({1}), everything=False))
+        for event in range(1, 5):
+            page.offer(_signal(event))
+        return [page.queue.get_nowait() for _ in range(page.queue.qsize())]
+
+    told = async_to_sync(scenario)()
+    assert told[-1] is None  # the end of its stream: the browser reconnects
+
+
+async def _read_until(stream, wanted: str, *, seconds: float = 5.0) -> list[str]:
+    """Read the stream's chunks until one contains wanted; return every chunk read."""
+    chunks: list[str] = []
+
+    async def read() -> None:
+        async for chunk in stream:
+            chunks.append(chunk.decode() if isinstance(chunk, bytes) else chunk)
+            if wanted in chunks[-1]:
+                return
+
+    await asyncio.wait_for(read(), seconds)
+    return chunks
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_change_reaches_an_open_stream_of_a_page_rendered_before_it(make_task, worker):
+    task = make_task()
+    since = live.latest_event_id()
+
+    async def scenario() -> list[str]:
+        client = AsyncClient()
+        await client.aforce_login(worker)
+        response = await client.get(f"/live/?since={since}")
+        assert response["Content-Type"] == "text/event-stream"
+        stream = response.streaming_content
+        await _read_until(stream, ": connected")
+        await sync_to_async(task_claim)(worker=worker, task_id=task.pk)
+        return await _read_until(stream, "event: task")
+
+    chunks = async_to_sync(scenario)()
+    event = chunks[-1]
+    assert event.startswith("id: ")
+    payload = json.loads(event.split("data: ", 1)[1])
+    assert (payload["task"], payload["version"], payload["action"]) == (str(task.pk), 2,
+                                                                        "claim")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_reconnecting_page_hears_what_it_missed(make_task, worker):
+    task = make_task()
+    since = live.latest_event_id()
+    task_claim(worker=worker, task_id=task.pk)
+    task_release(worker=worker, task_id=task.pk)
+    missed = [signal.event for signal in signals_after(since)]
+
+    async def scenario() -> list[str]:
+        client = AsyncClient()
+        await client.aforce_login(worker)
+        response = await client.get("/live/?since=0", headers={"Last-Event-ID": str(since)})
+        return await _read_until(response.streaming_content, f"id: {missed[-1]}")
+
+    chunks = async_to_sync(scenario)()
+    told = [int(c.split("\n", 1)[0][4:]) for c in chunks if c.startswith("id: ")]
+    assert told == missed
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_stream_tells_nothing_of_tasks_its_user_may_not_see(make_task, make_worker, worker,
+                                                             approval_skill, monkeypatch):
+    monkeypatch.setattr(views_live, "KEEPALIVE_SECONDS", 0.5)
+    outsider = make_worker({"finance-approval": 3})
+    task = make_task()
+    since = live.latest_event_id()
+
+    async def scenario() -> list[str]:
+        client = AsyncClient()
+        await client.aforce_login(outsider)
+        response = await client.get(f"/live/?since={since}")
+        stream = response.streaming_content
+        await _read_until(stream, ": connected")
+        await sync_to_async(task_claim)(worker=worker, task_id=task.pk)
+        return await _read_until(stream, ": keep-alive", seconds=3)
+
+    chunks = async_to_sync(scenario)()
+    assert not [chunk for chunk in chunks if "event: task" in chunk]
+
+
+def test_signed_out_visitors_get_no_stream(client):
+    response = client.get("/live/")
+    assert response.status_code in (302, 401)
+    assert response.get("Content-Type", "") != "text/event-stream"
