@@ -204,6 +204,11 @@ else:
 INBOX_INTAKE_QUEUE = env_str("INBOX_INTAKE_QUEUE", "inbox-intake")
 INBOX_INTAKE_DLQ = env_str("INBOX_INTAKE_DLQ", f"{INBOX_INTAKE_QUEUE}-dlq")
 INBOX_INTAKE_MAX_RECEIVES = env_int("INBOX_INTAKE_MAX_RECEIVES", 5, minimum=1)
+# Where EventBridge puts "Step Functions Execution Status Change" events for the inbox
+# (manage.py aws_bootstrap creates the rule, the queue and its dead-letter queue).
+INBOX_STATUS_QUEUE = env_str("INBOX_STATUS_QUEUE", "inbox-execution-status")
+INBOX_STATUS_DLQ = env_str("INBOX_STATUS_DLQ", f"{INBOX_STATUS_QUEUE}-dlq")
+INBOX_STATUS_RULE = env_str("INBOX_STATUS_RULE", "inbox-execution-status")
 # Role assumed by deployed state machines; the emulator accepts any well-formed ARN.
 INBOX_STATES_ROLE_ARN = env_str(
     "INBOX_STATES_ROLE_ARN",
@@ -227,6 +232,9 @@ INBOX_CLOCK_MAX_WAIT_SECONDS = env_int("INBOX_CLOCK_MAX_WAIT_MS", 500, minimum=1
 INBOX_HEARTBEATS_EVERY_SECONDS = env_int("INBOX_HEARTBEATS_EVERY_SECONDS", 1, minimum=1)
 INBOX_EXECUTIONS_CHECK_EVERY_SECONDS = env_int("INBOX_EXECUTIONS_CHECK_EVERY_SECONDS", 30,
                                                minimum=1)
+# The backstop behind the status events: DescribeExecution calls per second it may make
+# (each round checks this many per second of its period, least recently checked first).
+INBOX_EXECUTIONS_CHECK_RATE = env_int("INBOX_EXECUTIONS_CHECK_RATE", 2, minimum=1)
 
 # Task token vault ------------------------------------------------------------
 

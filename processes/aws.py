@@ -18,10 +18,10 @@ from django.conf import settings
 
 from config.errors import ExternalServiceError
 
-Service = Literal["stepfunctions", "sqs"]
+Service = Literal["stepfunctions", "sqs", "events"]
 
 # Long enough for an SQS long poll (20 s) to come back with room to spare.
-_READ_TIMEOUT = {"stepfunctions": 15, "sqs": 30}
+_READ_TIMEOUT = {"stepfunctions": 15, "sqs": 30, "events": 15}
 _CONNECT_TIMEOUT = 5
 # One quick retry inside botocore; callers run their own bounded retries on `retryable`.
 _MAX_ATTEMPTS = 2
@@ -216,6 +216,60 @@ def intake_queues_ensure() -> dict[str, str]:
         },
     )
     return {"queue_url": url, "queue_arn": arn, "dlq_url": dlq_url, "dlq_arn": dlq_arn}
+
+
+# What Step Functions tells EventBridge when an execution ends (AWS's documented event).
+STATUS_CHANGE_SOURCE = "aws.states"
+STATUS_CHANGE_DETAIL_TYPE = "Step Functions Execution Status Change"
+EXECUTION_ENDED = ("SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED")
+
+
+def status_queue_ensure() -> dict[str, str]:
+    """Route the account's execution status changes to the inbox's status queue.
+
+    Create (or bring up to date) the status queue and its dead-letter queue, an
+    EventBridge rule on the default bus for "Step Functions Execution Status Change"
+    events of ended executions, the queue as the rule's target, and a queue policy that
+    lets that rule (and nothing else) send to it. Idempotent; return names and ARNs.
+    """
+    dlq_url, dlq_arn = _queue_ensure(
+        name=settings.INBOX_STATUS_DLQ,
+        attributes={"MessageRetentionPeriod": str(_DLQ_RETENTION_SECONDS)},
+    )
+    rule = settings.INBOX_STATUS_RULE
+    rule_arn = _call(
+        service="events", operation="put_rule", Name=rule, State="ENABLED",
+        Description="Execution status changes for the human-task inbox",
+        EventPattern=json.dumps({
+            "source": [STATUS_CHANGE_SOURCE],
+            "detail-type": [STATUS_CHANGE_DETAIL_TYPE],
+            "detail": {"status": list(EXECUTION_ENDED)},
+        }),
+    )["RuleArn"]
+    url, arn = _queue_ensure(
+        name=settings.INBOX_STATUS_QUEUE,
+        attributes={
+            "VisibilityTimeout": str(_INTAKE_VISIBILITY_TIMEOUT),
+            "ReceiveMessageWaitTimeSeconds": str(_INTAKE_WAIT_SECONDS),
+            "RedrivePolicy": json.dumps({"deadLetterTargetArn": dlq_arn,
+                                         "maxReceiveCount": settings.INBOX_INTAKE_MAX_RECEIVES}),
+            "Policy": json.dumps({
+                "Version": "2012-10-17",
+                "Statement": [{
+                    "Sid": "execution-status-from-eventbridge",
+                    "Effect": "Allow",
+                    "Principal": {"Service": "events.amazonaws.com"},
+                    "Action": "sqs:SendMessage",
+                    "Resource": "*",
+                    "Condition": {"ArnEquals": {"aws:SourceArn": rule_arn}},
+                }],
+            }),
+        },
+    )
+    _call(service="events", operation="put_targets", Rule=rule,
+          Targets=[{"Id": "inbox-status-queue", "Arn": arn}])
+    return {"queue_url": url, "queue_arn": arn, "dlq_url": dlq_url, "dlq_arn": dlq_arn,
+            "rule_arn": rule_arn}
 
 
 def messages_receive(

@@ -3,6 +3,7 @@
 import datetime
 import threading
 
+import pytest
 from django.core.management import call_command
 
 from inbox.management.commands import clock_run
@@ -57,13 +58,15 @@ def test_a_full_batch_is_followed_at_once_by_the_next(clock, make_task, monkeypa
     assert BATCH > 2
 
 
-def test_one_round_of_each_clock_from_the_command(clock, make_task, capsys):
+@pytest.mark.emulator
+def test_one_round_of_each_clock_from_the_command(emulator, clock, make_task, capsys):
     task = make_task(timeouts={"offer": 60, "work": 60, "overall": 60})
     clock.advance(seconds=61)
     call_command("clock_run", "--once")
     assert Task.objects.get(pk=task.pk).state == TaskState.ABORTING
     assert capsys.readouterr().out.splitlines() == [
-        "deadlines: one round done", "heartbeats: one round done", "executions: one round done"]
+        "deadlines: one round done", "heartbeats: one round done",
+        "upstream: one round done", "executions: one round done"]
 
 
 def test_a_failing_round_is_logged_and_the_clock_goes_on(transactional_db, caplog, monkeypatch):

@@ -11,20 +11,26 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandParser
 from django.db import close_old_connections, connection
 
+from config.errors import ExternalServiceError
 from inbox.services.clock import deadlines_wait, executions_check, heartbeats_send
+from inbox.services.upstream import status_poll
 
 logger = logging.getLogger("inbox.clock")
 
 # After an unexpected error a loop waits this long before it tries again.
 ERROR_PAUSE_SECONDS = 1.0
+# Without its status queue (not bootstrapped yet), the upstream loop asks again this late.
+NO_QUEUE_PAUSE_SECONDS = 30.0
 
 
 class Command(BaseCommand):
     help = (
         "Run the clocks until stopped: apply offer, work and overall timeouts as they fall "
-        "due (sleeping until the next deadline), send the due heartbeats, and check open "
-        "tasks' executions upstream. One thread each, so a slow Step Functions call never "
-        "delays a deadline. Several may run at once (each due row is claimed once)."
+        "due (sleeping until the next deadline), send the due heartbeats, cancel the open "
+        "tasks of executions that ended upstream (status events from EventBridge, and a "
+        "slow DescribeExecution backstop). One thread each, so a slow Step Functions or SQS "
+        "call never delays a deadline. Several may run at once (each due row is claimed "
+        "once)."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -37,10 +43,15 @@ class Command(BaseCommand):
             # Sleeps until the next deadline, at most INBOX_CLOCK_MAX_WAIT_SECONDS.
             "deadlines": lambda: deadlines_wait(most=settings.INBOX_CLOCK_MAX_WAIT_SECONDS),
             "heartbeats": _every(settings.INBOX_HEARTBEATS_EVERY_SECONDS, heartbeats_send),
-            "executions": _every(settings.INBOX_EXECUTIONS_CHECK_EVERY_SECONDS,
-                                 executions_check),
+            # Long-polls the status queue without pause: an ended execution is heard of
+            # within a second of AWS's event.
+            "upstream": _upstream,
+            "executions": _every(settings.INBOX_EXECUTIONS_CHECK_EVERY_SECONDS, lambda:
+                                 executions_check(batch=settings.INBOX_EXECUTIONS_CHECK_RATE
+                                                  * settings.INBOX_EXECUTIONS_CHECK_EVERY_SECONDS)),
         }
         if options["once"]:
+            loops["upstream"] = lambda: _upstream(wait_seconds=0)
             for name, step in loops.items():
                 step()
                 self.stdout.write(f"{name}: one round done")
@@ -51,13 +62,27 @@ class Command(BaseCommand):
                    for name, step in loops.items()]
         for thread in threads:
             thread.start()
-        self.stdout.write("Clock running: deadlines, heartbeats, executions", ending="\n")
+        self.stdout.write(f"Clock running: {', '.join(loops)}", ending="\n")
         self.stdout.flush()
         while not stop.wait(0.5):
             pass
         for thread in threads:
             thread.join()
         self.stdout.write("Clock stopped.")
+
+
+def _upstream(*, wait_seconds: int = 20) -> float:
+    """Handle the status events that arrive within one long poll; poll again at once."""
+    try:
+        status_poll(wait_seconds=wait_seconds, budget_seconds=wait_seconds + 1)
+    except ExternalServiceError as exc:
+        if exc.retryable:
+            raise
+        logger.warning("The status queue %s cannot be read (%s): run manage.py aws_bootstrap; "
+                       "until then only the DescribeExecution backstop notices ended "
+                       "executions", settings.INBOX_STATUS_QUEUE, exc.message)
+        return NO_QUEUE_PAUSE_SECONDS
+    return 0.0
 
 
 def _every(seconds: float, work: Callable[[], Any]) -> Callable[[], float]:

@@ -1,4 +1,4 @@
-"""Create the SQS intake queue and its dead-letter queue where the settings point."""
+"""Create the SQS intake queue, the execution-status queue and rule where the settings point."""
 
 import json
 
@@ -11,8 +11,10 @@ from processes import aws
 
 class Command(BaseCommand):
     help = (
-        "Create (or bring up to date) the SQS intake queue and its dead-letter queue in "
-        "the emulator or in real AWS, as the settings say, and print them. Idempotent."
+        "Create (or bring up to date) the SQS intake queue and its dead-letter queue, and "
+        "the EventBridge rule that sends execution status changes to the status queue (with "
+        "its own dead-letter queue), in the emulator or in real AWS, as the settings say, "
+        "and print them. Idempotent."
     )
 
     def handle(self, *args, **options) -> None:
@@ -24,6 +26,7 @@ class Command(BaseCommand):
         try:
             queues = aws.intake_queues_ensure()
             attributes = aws.queue_attributes(url=queues["queue_url"])
+            status = aws.status_queue_ensure()
         except ExternalServiceError as exc:
             hint = (
                 " Is the emulator running (python manage.py emulator)?"
@@ -42,3 +45,7 @@ class Command(BaseCommand):
             f"{attributes.get('VisibilityTimeout')} s; long poll "
             f"{attributes.get('ReceiveMessageWaitTimeSeconds')} s"
         )
+        self.stdout.write(f"  status       {status['queue_url']}")
+        self.stdout.write(f"               {status['queue_arn']}")
+        self.stdout.write(f"  status dead letters {status['dlq_url']}")
+        self.stdout.write(f"  status rule  {status['rule_arn']} (ended executions, default bus)")

@@ -44,6 +44,7 @@ class Command(BaseCommand):
 
         def on_ready() -> None:
             aws.intake_queues_ensure()
+            aws.status_queue_ensure()
             self.stdout.write(
                 f"Emulator ready at {endpoint} (intake queue {settings.INBOX_INTAKE_QUEUE}, "
                 f"dead letters {settings.INBOX_INTAKE_DLQ}). Ctrl+C stops it."

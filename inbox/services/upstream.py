@@ -1,0 +1,114 @@
+"""What Step Functions says of executions: an ended execution's open tasks are cancelled.
+
+AWS sends a "Step Functions Execution Status Change" event to the default EventBridge bus
+whenever an execution's status changes; the rule ``processes.aws.status_queue_ensure``
+made puts those of ended executions (SUCCEEDED, FAILED, TIMED_OUT, ABORTED) on the status
+queue, which ``status_poll`` long-polls (the clock process runs it without pause). A task
+still open when its execution ended can no longer be answered: it is cancelled, with a
+history event, and every page showing it hears so (inbox.live).
+
+AWS delivers these events at least once and in no order, and may lose one: handling one
+twice changes nothing (a cancelled task is closed), and the clock's DescribeExecution
+backstop (``inbox.services.clock.executions_check``) finds what an event missed. The
+events carry the execution's input and output: nothing of a body is ever logged.
+"""
+
+import json
+import logging
+import time
+from typing import Any
+
+from django.conf import settings
+
+from config.errors import Conflict
+from inbox.lifecycle import transition
+from inbox.models import OPEN_STATES, Task
+from processes import aws
+
+logger = logging.getLogger(__name__)
+
+_SQS_WAIT_MAX = 20
+
+
+def status_event_execution(*, body: Any) -> tuple[str, str] | None:
+    """Return the (execution ARN, status) an ended execution's status event names, or None.
+
+    None when the body is not such an event (another source or type, a status that is not
+    an end, a missing field).
+    """
+    if not isinstance(body, dict) or body.get("source") != aws.STATUS_CHANGE_SOURCE:
+        return None
+    if body.get("detail-type") != aws.STATUS_CHANGE_DETAIL_TYPE:
+        return None
+    detail = body.get("detail")
+    if not isinstance(detail, dict):
+        return None
+    arn, status = detail.get("executionArn"), detail.get("status")
+    if not isinstance(arn, str) or not arn or status not in aws.EXECUTION_ENDED:
+        return None
+    return arn, status
+
+
+def execution_ended(*, execution_arn: str, status: str) -> int:
+    """Cancel the open tasks of an execution that ended; return how many were cancelled."""
+    cancelled = 0
+    for task_id in Task.objects.filter(execution_arn=execution_arn,
+                                       state__in=OPEN_STATES).values_list("pk", flat=True):
+        try:
+            transition(task_id=task_id, action="cancel", system="upstream",
+                       reason=f"The execution is {status}. Nobody may work on it.")
+            cancelled += 1
+        except Conflict:
+            continue  # Closed meanwhile (answered, or cancelled by the backstop).
+    return cancelled
+
+
+def status_poll(*, wait_seconds: int = _SQS_WAIT_MAX, budget_seconds: float = 25
+                ) -> dict[str, int]:
+    """Long-poll the status queue and act on each event; return counts.
+
+    Every message is deleted once handled; one that is not an ended execution's status
+    event is deleted too (and counted "ignored"), since it never will be. A failure on
+    one message leaves it on the queue (its redrive policy moves it to the dead-letter
+    queue after a few receives) and the rest go on.
+    """
+    url = aws.queue_url(name=settings.INBOX_STATUS_QUEUE)
+    counts = {"cancelled": 0, "no_open_task": 0, "ignored": 0, "failed": 0}
+    deadline = time.monotonic() + budget_seconds
+    while (remaining := deadline - time.monotonic()) > 0:
+        messages = aws.messages_receive(
+            url=url, wait_seconds=max(0, min(wait_seconds, _SQS_WAIT_MAX, int(remaining))))
+        if not messages:
+            break
+        done = []
+        for message in messages:
+            try:
+                outcome = _status_message(message)
+            except Exception:
+                counts["failed"] += 1
+                logger.exception("Status event %s could not be handled",
+                                 message.get("MessageId", ""))
+                continue
+            counts[outcome] += 1
+            done.append(message["ReceiptHandle"])
+        if done:
+            aws.messages_delete(url=url, receipt_handles=done)
+    if counts["cancelled"]:
+        logger.info("Upstream: %d ended execution(s) had open tasks, now cancelled",
+                    counts["cancelled"])
+    return counts
+
+
+def _status_message(message: dict) -> str:
+    try:
+        body = json.loads(message.get("Body") or "")
+    except ValueError:
+        body = None
+    named = status_event_execution(body=body)
+    if named is None:
+        logger.warning("Status event %s is not an ended execution's status change; deleted",
+                       message.get("MessageId", ""))
+        return "ignored"
+    execution_arn, status = named
+    return "cancelled" if execution_ended(execution_arn=execution_arn, status=status) \
+        else "no_open_task"
