@@ -222,6 +222,10 @@ INBOX_BASE_URL = env_str("INBOX_BASE_URL", "http://127.0.0.1:8000").rstrip("/")
 # refills at 300/s in smaller regions, 500/s in the largest), and attempts before a
 # callback is dead (visible to admins, requeueable).
 INBOX_SENDTASK_RATE = env_int("INBOX_SENDTASK_RATE", 250, minimum=0)
+# Heartbeats share that budget but come after answers: they are sent only while less than
+# this share of the second's budget is taken, so the rest is always there for answers.
+INBOX_HEARTBEAT_SHARE_PERCENT = env_int("INBOX_HEARTBEAT_SHARE_PERCENT", 50, minimum=0,
+                                        maximum=100)
 INBOX_CALLBACK_MAX_ATTEMPTS = env_int("INBOX_CALLBACK_MAX_ATTEMPTS", 8, minimum=1, maximum=50)
 
 # The clock process (manage.py clock_run): the longest it sleeps between sweeps when no

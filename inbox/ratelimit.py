@@ -29,6 +29,10 @@ from django.core.files import locks
 logger = logging.getLogger(__name__)
 
 CACHE_ALIAS = "default"
+# The one budget of SendTaskSuccess, SendTaskFailure and SendTaskHeartbeat (one token
+# bucket per account and region at AWS): answers take from all of it, heartbeats only
+# below settings.INBOX_HEARTBEAT_SHARE_PERCENT of each window.
+SENDTASK = "sendtask"
 _LOCK_FILE = "ratelimit.lock"
 _process_lock = threading.Lock()
 
@@ -42,12 +46,16 @@ class Permit:
     wait: float
 
 
-def rate_take(*, name: str, limit: int, window_seconds: float = 1.0) -> Permit:
+def rate_take(*, name: str, limit: int, window_seconds: float = 1.0,
+              ceiling: int | None = None) -> Permit:
     """Take one call from the current window of the limit called name.
 
-    A limit of 0 (or less) refuses every call. If the cache fails, the call is allowed
-    (and the failure logged): the remote service's own throttling, which callers retry,
-    is the backstop, and a cache outage must not stop every callback.
+    A limit of 0 (or less) refuses every call. ceiling makes the caller a lesser one: it
+    is refused, without taking anything, once ceiling calls of the window are taken, so
+    the rest of the limit stays for the others (answers before heartbeats). If the cache
+    fails, the call is allowed (and the failure logged): the remote service's own
+    throttling, which callers retry, is the backstop, and a cache outage must not stop
+    every callback.
     """
     now = time.time()
     window = int(now // window_seconds)
@@ -59,6 +67,8 @@ def rate_take(*, name: str, limit: int, window_seconds: float = 1.0) -> Permit:
     # The counter outlives its window a little, so a late increment still finds it.
     timeout = int(window_seconds) + 2
     try:
+        if ceiling is not None and (cache.get(key) or 0) >= min(ceiling, limit):
+            return Permit(granted=False, window=window, wait=wait)
         count = counter_increment(cache=cache, key=key, timeout=timeout)
     except Exception as exc:
         logger.warning("Rate limit %s unavailable, allowing the call: %s", name, exc)

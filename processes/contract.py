@@ -25,6 +25,10 @@ HUMAN_TASK_ERRORS = (REJECTED_ERROR, TIMED_OUT_ERROR)
 # inbox, and the default error of a spec's fail stage.
 PROCESS_FAILED_ERROR = "Process.Failed"
 
+# The inbox sends this many SendTaskHeartbeat calls per HeartbeatSeconds of a stage (so
+# one lost call is harmless); the deploy check sizes a stage's heartbeats with it.
+HEARTBEATS_PER_PERIOD = 3
+
 # Templated values in a spec. A title names data paths in braces ("Review {invoice_id}");
 # a payload or input value that is "$" or starts with "$." is a path into the data.
 PLACEHOLDER = re.compile(r"\{([^{}]*)\}")

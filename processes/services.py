@@ -27,7 +27,7 @@ from processes.selectors import (
     process_version_get,
     process_version_latest,
 )
-from processes.spec import ProcessSpec, spec_parse
+from processes.spec import ProcessSpec, heartbeat_budget_warnings, spec_parse
 
 logger = logging.getLogger(__name__)
 
@@ -86,6 +86,10 @@ def process_deploy(
     below the latest, or a child process that is not deployed yet.
     """
     spec = spec_parse(text, source=source)
+    for warning in heartbeat_budget_warnings(
+            spec, source=source, rate=settings.INBOX_SENDTASK_RATE,
+            share_percent=settings.INBOX_HEARTBEAT_SHARE_PERCENT):
+        logger.warning("Deploying %s v%s: %s", spec.name, spec.version, warning)
     sha256 = hashlib.sha256(text.encode("utf-8")).hexdigest()
     deployed = _deploy_check(spec=spec, sha256=sha256)
     if deployed is not None:

@@ -5,6 +5,7 @@ Every problem is reported as "source: path: message", all of them at once, so an
 author fixes a file in one pass.
 """
 
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -13,7 +14,7 @@ from typing import Any
 import yaml
 
 from config.errors import InboxError
-from processes.contract import PLACEHOLDER, PROCESS_FAILED_ERROR
+from processes.contract import HEARTBEATS_PER_PERIOD, PLACEHOLDER, PROCESS_FAILED_ERROR
 from processes.forms import BUILTIN_FORMS, Form, form_parse
 
 MAX_STAGES = 5
@@ -69,6 +70,8 @@ class HumanStage(Stage):
     timeouts: Timeouts = Timeouts(0, 0, 0)
     on_timeout: str = "abort"
     heartbeat: int | None = None
+    # How many tasks of this stage are expected open at once (sizes its heartbeats).
+    expected_open: int = 100
     not_by: tuple[str, ...] = ()
     if_rejected: str | None = None
     if_timed_out: str | None = None
@@ -175,7 +178,7 @@ _COMMON_KEYS = {"id", "kind", "next", "comment"}
 _KIND_KEYS = {
     "human": {
         "skill", "min_proficiency", "title", "form", "priority", "timeouts", "on_timeout",
-        "heartbeat", "not_by", "if_rejected", "if_timed_out",
+        "heartbeat", "expected_open", "not_by", "if_rejected", "if_timed_out",
     },
     "choice": {"rules", "default"},
     "automation": {"function", "payload", "output", "timeout", "retry", "catch"},
@@ -188,6 +191,36 @@ _COMPARISONS = (
     "equals", "not_equals", "greater_than", "greater_or_equal", "less_than", "less_or_equal",
 )
 _OUTPUT_TYPES = ("string", "number", "boolean", "object", "array")
+
+
+def heartbeat_budget_warnings(spec: ProcessSpec, *, source: str, rate: int,
+                              share_percent: int) -> list[str]:
+    """Return a warning for each human stage whose heartbeats would need more than their
+    share of the SendTask* budget with its expected number of open tasks.
+
+    A stage with HeartbeatSeconds H and N open tasks needs HEARTBEATS_PER_PERIOD * N / H
+    SendTaskHeartbeat calls a second; heartbeats may use share_percent of rate (answers
+    the rest). Beyond that they fall behind and Step Functions times the tasks out.
+    """
+    allowed = rate * share_percent / 100
+    warnings = []
+    for index, stage in enumerate(spec.stages):
+        if not isinstance(stage, HumanStage) or not stage.heartbeat:
+            continue
+        needed = HEARTBEATS_PER_PERIOD * stage.expected_open / stage.heartbeat
+        if needed <= allowed:
+            continue
+        at_least = math.ceil(HEARTBEATS_PER_PERIOD * stage.expected_open / allowed) \
+            if allowed else None
+        fix = (f"raise heartbeat to {at_least} s or more, lower expected_open, or give "
+               "heartbeats a larger share") if at_least else "give heartbeats a share"
+        warnings.append(
+            f"{source}: stages[{index}] ({stage.id}).heartbeat: {stage.heartbeat} s with "
+            f"{stage.expected_open} open tasks needs {needed:.1f} SendTaskHeartbeat calls "
+            f"a second, more than heartbeats' {share_percent}% of INBOX_SENDTASK_RATE "
+            f"({rate}/s, {allowed:g}/s): {fix}"
+        )
+    return warnings
 
 
 class _Parser:
@@ -327,6 +360,7 @@ class _Parser:
             timeouts=timeouts or Timeouts(0, 0, 0),
             on_timeout=policy if policy in TIMEOUT_POLICIES else "abort",
             heartbeat=heartbeat,
+            expected_open=self.integer(raw, "expected_open", path, 100, 1, 10_000_000),
             not_by=tuple(not_by),
             if_rejected=self.ref(raw, "if_rejected", path),
             if_timed_out=self.ref(raw, "if_timed_out", path),

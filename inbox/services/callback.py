@@ -49,7 +49,7 @@ from inbox.callback_history import (
 )
 from inbox.lifecycle import IllegalTransition, transition
 from inbox.models import Outbox, OutboxKind, OutboxStatus
-from inbox.ratelimit import rate_take
+from inbox.ratelimit import SENDTASK, rate_take
 from inbox.redaction import redact
 from inbox.tokens import TokenVaultError, token_decrypt
 from processes import aws
@@ -65,7 +65,6 @@ CAUSE_MAX_CHARS = 32_768
 # says InvalidToken, and TaskDoesNotExist for a task it has forgotten.
 _GONE_CODES = frozenset({"TaskTimedOut", "InvalidToken", "TaskDoesNotExist"})
 _EXECUTION_GONE_CODES = frozenset({"ExecutionDoesNotExist"})
-_RATE_LIMIT_NAME = "sendtask"
 _LAST_ERROR_MAX = 2000
 
 # Defaults of the settings below; each may be overridden in settings.py.
@@ -200,7 +199,7 @@ def _rate_wait() -> float | None:
     rate = int(_setting("INBOX_SENDTASK_RATE"))
     deadline = time.monotonic() + float(_setting("INBOX_SENDTASK_MAX_WAIT_SECONDS"))
     while True:
-        permit = rate_take(name=_RATE_LIMIT_NAME, limit=rate)
+        permit = rate_take(name=SENDTASK, limit=rate)
         if permit.granted:
             return None
         # Spread the waiters over the start of the next window.

@@ -14,6 +14,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from django.conf import settings
 from django.db import transaction
 from django.db.models import F, Min, Q
 from django.utils import timezone
@@ -21,8 +22,10 @@ from django.utils import timezone
 from config.errors import Conflict, ExternalServiceError
 from inbox.lifecycle import transition
 from inbox.models import CLOSED_STATES, OPEN_STATES, Task, TaskEvent, TaskState
+from inbox.ratelimit import SENDTASK, rate_take
 from inbox.tokens import token_decrypt
 from processes import aws
+from processes.contract import HEARTBEATS_PER_PERIOD
 
 logger = logging.getLogger(__name__)
 
@@ -154,21 +157,32 @@ def deadlines_wait(*, most: float, now: datetime.datetime | None = None) -> floa
 
 
 def heartbeat_interval(seconds: int) -> datetime.timedelta:
-    """Send three heartbeats per HeartbeatSeconds, so one lost call is harmless."""
-    return datetime.timedelta(seconds=max(1, seconds // 3))
+    """Send HEARTBEATS_PER_PERIOD (3) heartbeats per HeartbeatSeconds: one lost is harmless."""
+    return datetime.timedelta(seconds=max(1, seconds // HEARTBEATS_PER_PERIOD))
 
 
 def heartbeats_send(*, batch: int = BATCH, now: datetime.datetime | None = None
                     ) -> dict[str, int]:
-    """Send SendTaskHeartbeat for open tasks whose stage has HeartbeatSeconds and is due."""
+    """Send SendTaskHeartbeat for open tasks whose stage has HeartbeatSeconds and is due.
+
+    Heartbeats take from the SendTask* budget after the answers: only while less than
+    INBOX_HEARTBEAT_SHARE_PERCENT of the second's budget is used. Without a permit the
+    round stops and the rest stay due for the next one ("deferred").
+    """
     now = now or timezone.now()
-    result = {"sent": 0, "retry": 0, "expired": 0}
+    result = {"sent": 0, "retry": 0, "expired": 0, "deferred": 0}
+    rate = settings.INBOX_SENDTASK_RATE
+    share = rate * settings.INBOX_HEARTBEAT_SHARE_PERCENT // 100
     due = list(
         Task.objects.filter(next_heartbeat_at__lte=now).exclude(state__in=CLOSED_STATES)
         .order_by("next_heartbeat_at")
         .values_list("pk", "next_heartbeat_at", "heartbeat_seconds")[:batch]
     )
-    for task_id, seen, seconds in due:
+    for index, (task_id, seen, seconds) in enumerate(due):
+        if not rate_take(name=SENDTASK, limit=rate, ceiling=share).granted:
+            # Before the claim: a heartbeat without a permit stays due, nothing is lost.
+            result["deferred"] = len(due) - index
+            break
         # Claim by moving the time on, conditioned on the value read: another sender that
         # read the same row updates nothing and skips it.
         claimed = Task.objects.filter(pk=task_id, next_heartbeat_at=seen).update(

@@ -86,3 +86,44 @@ def test_a_failing_round_is_logged_and_the_clock_goes_on(transactional_db, caplo
     assert len(rounds) == 2
     assert "The deadlines clock failed" in caplog.text
     assert "the database went away" in caplog.text
+
+
+def test_heartbeats_take_only_their_share_of_the_sendtask_budget(settings, make_task, monkeypatch,
+                                                                 clock):
+    """Answers first: with half the second's budget taken, heartbeats wait; nothing is lost."""
+    from django.core.cache import cache
+
+    from inbox import ratelimit
+    from inbox.services.clock import heartbeats_send
+
+    settings.INBOX_SENDTASK_RATE = 4
+    settings.INBOX_HEARTBEAT_SHARE_PERCENT = 50
+    sent: list[str] = []
+    monkeypatch.setattr(clock_service.aws, "task_heartbeat", lambda *, token: sent.append(token))
+    monkeypatch.setattr(ratelimit.time, "time", lambda: 1_000_000.5)  # one window throughout
+    cache.delete("ratelimit:sendtask:1000000")
+    tasks = [make_task(heartbeatSeconds=30) for _ in range(3)]
+
+    result = heartbeats_send(now=clock.now + datetime.timedelta(seconds=10))
+
+    assert result == {"sent": 2, "retry": 0, "expired": 0, "deferred": 1}
+    assert len(sent) == 2
+    # The answers still have the other half of the window.
+    assert [ratelimit.rate_take(name=ratelimit.SENDTASK, limit=4).granted for _ in range(3)] == [
+        True, True, False]
+    due = Task.objects.filter(pk__in=[t.pk for t in tasks],
+                              next_heartbeat_at__lte=clock.now + datetime.timedelta(seconds=10))
+    assert due.count() == 1  # the deferred one stays due for the next round
+
+
+def test_a_lesser_caller_takes_nothing_once_its_ceiling_is_reached(db, monkeypatch):
+    from django.core.cache import cache
+
+    from inbox import ratelimit
+
+    monkeypatch.setattr(ratelimit.time, "time", lambda: 2_000_000.5)
+    cache.delete("ratelimit:budget:2000000")
+    take = ratelimit.rate_take
+    assert take(name="budget", limit=3, ceiling=1).granted
+    assert not take(name="budget", limit=3, ceiling=1).granted  # nothing taken by this
+    assert [take(name="budget", limit=3).granted for _ in range(3)] == [True, True, False]

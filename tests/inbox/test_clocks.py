@@ -918,7 +918,7 @@ def test_no_heartbeat_is_sent_before_it_is_due(clock, make_task):
     """Before next_heartbeat_at nothing is sent (and Step Functions is not called)."""
     task = make_task(heartbeatSeconds=30)
     result = heartbeats_send(now=task.next_heartbeat_at - _seconds(seconds=1))
-    assert result == {"sent": 0, "retry": 0, "expired": 0}
+    assert result == {"sent": 0, "retry": 0, "expired": 0, "deferred": 0}
     assert _fresh(task).next_heartbeat_at == clock.now + _seconds(seconds=10)
 
 
@@ -931,7 +931,7 @@ def test_closing_a_task_stops_its_heartbeats(make_task, supervisor):
     assert _fresh(aborted).next_heartbeat_at is None
     assert _fresh(cancelled).next_heartbeat_at is None
     far = timezone.now() + _seconds(days=1)
-    assert heartbeats_send(now=far) == {"sent": 0, "retry": 0, "expired": 0}
+    assert heartbeats_send(now=far) == {"sent": 0, "retry": 0, "expired": 0, "deferred": 0}
 
 
 def test_a_heartbeat_refused_with_task_timed_out_expires_the_task(make_task, monkeypatch):
@@ -949,7 +949,7 @@ def test_a_heartbeat_refused_with_task_timed_out_expires_the_task(make_task, mon
 
     monkeypatch.setattr(client, "send_task_heartbeat", timed_out)
     result = heartbeats_send(now=task.next_heartbeat_at)
-    assert result == {"sent": 0, "retry": 0, "expired": 1}
+    assert result == {"sent": 0, "retry": 0, "expired": 1, "deferred": 0}
     task = _fresh(task)
     assert task.state == TaskState.EXPIRED and task.next_heartbeat_at is None
     assert "refused a heartbeat (TaskTimedOut)" in task.reason
@@ -977,7 +977,7 @@ def test_heartbeats_keep_a_worked_task_alive_and_stop_when_it_closes(
     task = _fresh(task)
     assert task.state == TaskState.COMPLETED and task.next_heartbeat_at is None
     far = timezone.now() + _seconds(days=1)
-    assert heartbeats_send(now=far) == {"sent": 0, "retry": 0, "expired": 0}
+    assert heartbeats_send(now=far) == {"sent": 0, "retry": 0, "expired": 0, "deferred": 0}
 
 
 @pytest.mark.emulator
@@ -997,7 +997,7 @@ def test_when_heartbeats_stop_the_execution_times_out_and_the_task_expires(
     assert (finished["status"], finished.get("error")) == ("FAILED", "HumanTask.TimedOut")
 
     result = heartbeats_send(now=timezone.now() + _seconds(seconds=5))
-    assert result == {"sent": 0, "retry": 0, "expired": 1}
+    assert result == {"sent": 0, "retry": 0, "expired": 1, "deferred": 0}
     task = _fresh(task)
     assert task.state == TaskState.EXPIRED and task.next_heartbeat_at is None
     assert task.reason.startswith("Step Functions refused a heartbeat (InvalidToken)")

@@ -191,3 +191,64 @@ def test_spec_load_names_the_file(tmp_path):
     path.write_text("process: x\nversion: 1\nstages: []\n")
     with pytest.raises(SpecError, match=f"{path}: stages: required; a non-empty list"):
         spec_load(path)
+
+
+# The heartbeat budget ----------------------------------------------------------------------
+
+
+def _heartbeat_spec(heartbeat: int, expected_open: int | None = None) -> str:
+    extra = f"\n    expected_open: {expected_open}" if expected_open is not None else ""
+    return f"""
+process: beating
+version: 1
+stages:
+  - id: review
+    kind: human
+    skill: invoice-review
+    title: Review
+    form: approve-reject
+    timeouts: {{offer: 300, work: 3600, overall: 86400}}
+    heartbeat: {heartbeat}{extra}
+    next: done
+  - id: done
+    kind: succeed
+"""
+
+
+def test_a_heartbeat_that_fits_its_share_of_the_budget_warns_of_nothing():
+    from processes.spec import heartbeat_budget_warnings
+
+    spec = spec_parse(_heartbeat_spec(300, expected_open=12_500), source="s.yaml")
+    # 3 x 12,500 / 300 = 125 calls a second: exactly half of 250.
+    assert heartbeat_budget_warnings(spec, source="s.yaml", rate=250, share_percent=50) == []
+
+
+def test_a_heartbeat_beyond_its_share_is_named_with_the_arithmetic_and_the_fix():
+    from processes.spec import heartbeat_budget_warnings
+
+    spec = spec_parse(_heartbeat_spec(60, expected_open=10_000), source="s.yaml")
+    assert heartbeat_budget_warnings(spec, source="s.yaml", rate=250, share_percent=50) == [
+        "s.yaml: stages[0] (review).heartbeat: 60 s with 10000 open tasks needs 500.0 "
+        "SendTaskHeartbeat calls a second, more than heartbeats' 50% of INBOX_SENDTASK_RATE "
+        "(250/s, 125/s): raise heartbeat to 240 s or more, lower expected_open, or give "
+        "heartbeats a larger share"]
+
+
+def test_expected_open_defaults_to_a_hundred_and_must_be_a_count():
+    spec = spec_parse(_heartbeat_spec(300), source="s.yaml")
+    assert spec.stages[0].expected_open == 100
+    with pytest.raises(SpecError) as refused:
+        spec_parse(_heartbeat_spec(300, expected_open=0), source="s.yaml")
+    assert refused.value.problems == [
+        "s.yaml: stages[0] (review).expected_open: must be a whole number from 1 to 10000000"]
+
+
+def test_deploy_says_so_when_heartbeats_would_need_more_than_their_share(
+        db, emulator, tmp_path, settings, capsys):
+    from django.core.management import call_command
+
+    settings.INBOX_SENDTASK_RATE = 10
+    path = tmp_path / "beating.yaml"
+    path.write_text(_heartbeat_spec(30, expected_open=1000))
+    call_command("process_deploy", str(path))
+    assert "warning: " in capsys.readouterr().err

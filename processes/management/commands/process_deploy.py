@@ -2,12 +2,13 @@
 
 from pathlib import Path
 
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from config.errors import InboxError
 from processes.compiler import compile_spec
 from processes.services import process_deploy, target_current
-from processes.spec import ProcessSpec, SpecError, spec_load
+from processes.spec import ProcessSpec, SpecError, heartbeat_budget_warnings, spec_load
 
 
 class Command(BaseCommand):
@@ -22,6 +23,11 @@ class Command(BaseCommand):
 
     def handle(self, *args: object, paths: list[Path], **options: object) -> None:
         specs = self._specs_checked(paths=paths)
+        for spec in specs:
+            for warning in heartbeat_budget_warnings(
+                    spec, source=spec.source, rate=settings.INBOX_SENDTASK_RATE,
+                    share_percent=settings.INBOX_HEARTBEAT_SHARE_PERCENT):
+                self.stderr.write(f"warning: {warning}")
         for spec in _children_first(specs):
             try:
                 version, created = process_deploy(text=spec.text, source=spec.source)
