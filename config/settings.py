@@ -181,6 +181,8 @@ CELERY_BEAT_SCHEDULE = {
     "outbox-drain": _every(5.0, "inbox.tasks.outbox_drain_task", expires=4),
     # Offers queued push-queue tasks nobody was available for when they arrived.
     "dispatch-pending": _every(15.0, "inbox.tasks.dispatch_pending_task", expires=14),
+    # Relays change signals whose on-commit relay was lost or failed (none without a bus).
+    "signals-relay": _every(5.0, "inbox.tasks.signals_relay_task", expires=4),
     # Keeps execution records current from DescribeExecution (and notices lost ones).
     "executions-reconcile": _every(30.0, "processes.tasks.executions_reconcile_task",
                                    expires=25),
@@ -209,6 +211,10 @@ INBOX_INTAKE_MAX_RECEIVES = env_int("INBOX_INTAKE_MAX_RECEIVES", 5, minimum=1)
 INBOX_STATUS_QUEUE = env_str("INBOX_STATUS_QUEUE", "inbox-execution-status")
 INBOX_STATUS_DLQ = env_str("INBOX_STATUS_DLQ", f"{INBOX_STATUS_QUEUE}-dlq")
 INBOX_STATUS_RULE = env_str("INBOX_STATUS_RULE", "inbox-execution-status")
+# Change signals for other systems: every task event is relayed to this EventBridge bus
+# (name or ARN; empty: none are written) as source INBOX_SIGNALS_SOURCE.
+INBOX_SIGNALS_BUS = env_str("INBOX_SIGNALS_BUS", "")
+INBOX_SIGNALS_SOURCE = env_str("INBOX_SIGNALS_SOURCE", "inbox.tasks")
 # Role assumed by deployed state machines; the emulator accepts any well-formed ARN.
 INBOX_STATES_ROLE_ARN = env_str(
     "INBOX_STATES_ROLE_ARN",

@@ -29,6 +29,7 @@ class Effect(StrEnum):
     DISPATCH = "dispatch"  # offer a task back in a push queue to the next worker
     NOTIFY_OFFERED = "notify_offered"  # mail the worker an offer was made to
     NOTIFY_ESCALATED = "notify_escalated"  # mail the supervisors of the task's skill
+    SIGNAL = "signal"  # relay the change signal to the EventBridge bus (when one is set)
 
 
 # The Celery task each effect enqueues, by name (they live in inbox/tasks.py).
@@ -37,6 +38,7 @@ TASK_NAMES = {
     Effect.DISPATCH: "inbox.tasks.dispatch_task",
     Effect.NOTIFY_OFFERED: "inbox.tasks.notify_task",
     Effect.NOTIFY_ESCALATED: "inbox.tasks.notify_task",
+    Effect.SIGNAL: "inbox.tasks.signals_relay_task",
 }
 
 
@@ -74,6 +76,8 @@ def _arguments(*, task: Task, effect: Effect, outbox_id: int | None) -> tuple[An
         return (str(task.pk),)
     if effect == Effect.NOTIFY_OFFERED:
         return ("offered", str(task.pk))
+    if effect == Effect.SIGNAL:
+        return ()
     return ("escalated", str(task.pk))
 
 

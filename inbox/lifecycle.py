@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
@@ -32,7 +33,9 @@ from inbox.models import (
     SENDING_STATES,
     Outbox,
     OutboxKind,
+    SignalOutbox,
     Task,
+    TaskEvent,
     TaskPass,
     TaskState,
 )
@@ -352,9 +355,9 @@ def _apply(row: Transition, *, task_id: Any, actor: User | None, system: str,
         task.state = row.target_from(from_state)
         task.version += 1
         task.save()
-        event_append(task=task, action=row.action, from_state=from_state, actor=actor,
-                      label=actor.email if actor is not None else system, reason=reason,
-                      data=data, at=step.now)
+        event = event_append(task=task, action=row.action, from_state=from_state,
+                             actor=actor, label=actor.email if actor is not None else system,
+                             reason=reason, data=data, at=step.now)
         outbox_id = None
         if row.callback is not None:
             callback = row.callback(task, step)
@@ -363,7 +366,8 @@ def _apply(row: Transition, *, task_id: Any, actor: User | None, system: str,
                 output=callback.output, error=callback.error, cause=callback.cause,
                 next_attempt_at=step.now,
             ).pk
-        effects.after_commit(task=task, effects=row.all_effects, outbox_id=outbox_id)
+        effects.after_commit(task=task, effects=row.all_effects + _signal(event, step.now),
+                             outbox_id=outbox_id)
     return task
 
 
@@ -397,7 +401,17 @@ def task_receive(**fields: Any) -> Task:
     now = timezone.now()
     task = Task.objects.create(state=row.target_from(""), **fields)
     step = Step(actor=None, now=now, reason="", params={})
-    event_append(task=task, action=row.action, from_state="", actor=None, label=row.system,
-                  reason="", data=row.change(task, step), at=now)
-    effects.after_commit(task=task, effects=row.all_effects)
+    event = event_append(task=task, action=row.action, from_state="", actor=None,
+                         label=row.system, reason="", data=row.change(task, step), at=now)
+    effects.after_commit(task=task, effects=row.all_effects + _signal(event, now))
     return task
+
+
+def _signal(event: TaskEvent, now: datetime.datetime) -> tuple[Effect, ...]:
+    """Record the event as a change signal to relay, if a bus is set; return its effect."""
+    if not settings.INBOX_SIGNALS_BUS:
+        return ()
+    # In the event's transaction: a signal exists exactly for each committed change.
+    SignalOutbox.objects.create(event=event, task_id=event.task_id, version=event.version,
+                                next_attempt_at=now)
+    return (Effect.SIGNAL,)

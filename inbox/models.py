@@ -307,3 +307,30 @@ class ExecutionTimeline(models.Model):
 
     def __str__(self) -> str:
         return f"{self.execution_arn.rsplit(':', 1)[-1]} ({self.status or self.error_code})"
+
+
+class SignalOutbox(models.Model):
+    """A task event to relay to the EventBridge bus as a change signal (at least once).
+
+    Written in the transaction of the event itself when settings.INBOX_SIGNALS_BUS is set;
+    the relay (inbox.services.signals) sends it after commit and keeps the row, with when.
+    """
+
+    event = models.OneToOneField(TaskEvent, on_delete=models.PROTECT, related_name="signal")
+    task = models.ForeignKey(Task, on_delete=models.PROTECT, related_name="signals")
+    version = models.PositiveIntegerField()
+    attempts = models.PositiveIntegerField(default=0)
+    next_attempt_at = models.DateTimeField()
+    sent_at = models.DateTimeField(null=True, blank=True)
+    last_error = models.TextField(blank=True)
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["next_attempt_at"], name="signal_due",
+                         condition=models.Q(sent_at__isnull=True)),
+            models.Index(fields=["task", "version"], name="signal_pending_by_task",
+                         condition=models.Q(sent_at__isnull=True)),
+        ]
+
+    def __str__(self) -> str:
+        return f"signal {self.task_id} v{self.version} ({'sent' if self.sent_at else 'pending'})"

@@ -14,6 +14,7 @@ from inbox.notifications import notify
 from inbox.services.callback import callback_send, outbox_drain
 from inbox.services.dispatcher import dispatch_pending, task_dispatch
 from inbox.services.intake import intake_poll_once
+from inbox.services.signals import signals_relay
 from inbox.timeline import timeline_refresh
 
 logger = logging.getLogger(__name__)
@@ -60,6 +61,12 @@ def dispatch_pending_task() -> int:
 def notify_task(kind: str, task_id: str) -> int:
     """Send one notification e-mail (retried when the mail server does not answer)."""
     return notify(kind=kind, task_id=task_id)
+
+
+@shared_task(ignore_result=True)
+def signals_relay_task() -> dict[str, int]:
+    """Relay the due change signals to the EventBridge bus (on commit, and beat every 5 s)."""
+    return signals_relay()
 
 
 # Intake and the timeline ----------------------------------------------------------------

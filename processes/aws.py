@@ -272,6 +272,15 @@ def status_queue_ensure() -> dict[str, str]:
             "rule_arn": rule_arn}
 
 
+def events_put(*, entries: list[dict[str, Any]]) -> list[str | None]:
+    """Put up to ten events on EventBridge in one call; return each entry's error code.
+
+    None where the entry was accepted; PutEvents answers entry by entry.
+    """
+    answer = _call(service="events", operation="put_events", Entries=entries)
+    return [result.get("ErrorCode") or None for result in answer.get("Entries", [])]
+
+
 def messages_receive(
     *,
     url: str,
