@@ -2,9 +2,10 @@
 
 import asyncio
 import json
+import threading
 
 import pytest
-from asgiref.sync import async_to_sync, sync_to_async
+from asgiref.sync import sync_to_async
 from django.test import AsyncClient
 
 from accounts.roles import Role
@@ -13,6 +14,28 @@ from inbox.live import Audience, LiveHub, Signal, Subscription, signals_after
 from inbox.services.worker import task_claim, task_release
 
 SIGNAL_KEYS = {"task", "version", "action", "state", "skill", "process", "stage"}
+
+
+def _run(scenario):
+    """Run an async scenario to its end in a thread with its own event loop.
+
+    Not async_to_sync: the browser tests' Playwright keeps an event loop running in the
+    test thread for the session, and async_to_sync refuses to run beside it.
+    """
+    outcome: dict = {}
+
+    def target() -> None:
+        try:
+            outcome["value"] = asyncio.run(scenario())
+        except BaseException as exc:  # handed to the test's thread
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=target)
+    thread.start()
+    thread.join(60)
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"]
 
 
 def _signal(event: int, *, skill_id: int = 1, assignee_id: int | None = None) -> Signal:
@@ -75,7 +98,7 @@ def test_an_event_committed_out_of_order_is_told_once_and_not_lost(monkeypatch):
             told.append(page.queue.get_nowait().event)
         return told
 
-    assert async_to_sync(scenario)() == [5, 4]
+    assert _run(scenario) == [5, 4]
 
 
 def test_a_page_that_does_not_read_is_ended_not_held(monkeypatch):
@@ -87,7 +110,7 @@ def test_a_page_that_does_not_read_is_ended_not_held(monkeypatch):
             page.offer(_signal(event))
         return [page.queue.get_nowait() for _ in range(page.queue.qsize())]
 
-    told = async_to_sync(scenario)()
+    told = _run(scenario)
     assert told[-1] is None  # the end of its stream: the browser reconnects
 
 
@@ -120,7 +143,7 @@ def test_a_change_reaches_an_open_stream_of_a_page_rendered_before_it(make_task,
         await sync_to_async(task_claim)(worker=worker, task_id=task.pk)
         return await _read_until(stream, "event: task")
 
-    chunks = async_to_sync(scenario)()
+    chunks = _run(scenario)
     event = chunks[-1]
     assert event.startswith("id: ")
     payload = json.loads(event.split("data: ", 1)[1])
@@ -142,7 +165,7 @@ def test_a_reconnecting_page_hears_what_it_missed(make_task, worker):
         response = await client.get("/live/?since=0", headers={"Last-Event-ID": str(since)})
         return await _read_until(response.streaming_content, f"id: {missed[-1]}")
 
-    chunks = async_to_sync(scenario)()
+    chunks = _run(scenario)
     told = [int(c.split("\n", 1)[0][4:]) for c in chunks if c.startswith("id: ")]
     assert told == missed
 
@@ -164,7 +187,7 @@ def test_a_stream_tells_nothing_of_tasks_its_user_may_not_see(make_task, make_wo
         await sync_to_async(task_claim)(worker=worker, task_id=task.pk)
         return await _read_until(stream, ": keep-alive", seconds=3)
 
-    chunks = async_to_sync(scenario)()
+    chunks = _run(scenario)
     assert not [chunk for chunk in chunks if "event: task" in chunk]
 
 

@@ -1,0 +1,199 @@
+#!/usr/bin/env python3
+"""Live pages: commit -> signal seen by N connected reviewers, and the web's CPU per idle one.
+
+    DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres .venv/bin/python bench/live.py
+        [--clients 1,100,1000] [--changes 60] [--rate 5] [--idle 10] [--quick]
+
+A scratch database, one skill, a reviewer per client holding it, and tasks. uvicorn serves
+config.asgi (one process, as on a 2-core machine's web). Each client is a plain SSE
+connection (asyncio, a signed-in session) to /live/; this process commits changes
+(claim, then release, of a task: each a transition with its event) at --rate per second
+and records each one's commit time. Latency is the moment a client read the signal minus
+the moment its transaction committed, over every client and change (same machine, same
+clock). Then the clients stay connected, idle, for --idle seconds and the web process's
+CPU time over that span is divided by the clients: the cost of one idle open page.
+The browser tests cover what real Chromium does with a signal (tests/browser/).
+"""
+
+import argparse
+import asyncio
+import os
+import resource
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from _common import (
+    ROOT,
+    bench_environment,
+    free_port,
+    machine_print,
+    percentile,
+    scratch_database,
+    skills_create,
+    table,
+    tasks_insert,
+    workers_create,
+)
+
+
+def _sessions(user_ids: list[int]) -> list[str]:
+    """Return a signed-in session key per user (what the browser's cookie holds)."""
+    from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY
+    from django.contrib.sessions.backends.db import SessionStore
+
+    from accounts.models import User
+
+    keys = []
+    for user in User.objects.filter(pk__in=user_ids).order_by("pk"):
+        session = SessionStore()
+        session[SESSION_KEY] = str(user.pk)
+        session[BACKEND_SESSION_KEY] = "django.contrib.auth.backends.ModelBackend"
+        session[HASH_SESSION_KEY] = user.get_session_auth_hash()
+        session.create()
+        keys.append(session.session_key)
+    return keys
+
+
+async def _client(port: int, session: str, since: int, seen: dict,
+                  connected: asyncio.Semaphore) -> None:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port, limit=1 << 20)
+    writer.write(f"GET /live/?since={since} HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                 f"Cookie: sessionid={session}\r\nAccept: text/event-stream\r\n\r\n".encode())
+    await writer.drain()
+    status = await reader.readline()
+    if b" 200 " not in status:
+        raise RuntimeError(f"/live/ answered {status!r}")
+    connected.release()
+    try:
+        while True:
+            line = await reader.readline()
+            if not line:
+                return
+            if line.startswith(b"data: "):
+                now = time.time()
+                key = line[line.index(b'"task": "') + 9:].split(b'"', 1)[0].decode()
+                version = int(line.split(b'"version": ', 1)[1].split(b",", 1)[0])
+                seen.setdefault((key, version), []).append(now)
+    finally:
+        writer.close()
+
+
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / 100  # utime + stime, in clock ticks
+
+
+def _changes(task_ids: list, worker_id: int, count: int, rate: float, commits: dict) -> None:
+    """Commit count changes at rate per second; record each (task, version)'s commit time."""
+    from django.db import connection
+
+    from accounts.models import User
+    from inbox.lifecycle import transition
+
+    worker = User.objects.get(pk=worker_id)
+    for i in range(count):
+        task_id = task_ids[i // 2]
+        action = "claim" if i % 2 == 0 else "release"
+        task = transition(task_id=task_id, action=action, actor=worker)
+        commits[(str(task.pk), task.version)] = time.time()
+        time.sleep(1 / rate)
+    connection.close()
+
+
+def run(clients: int, *, port: int, sessions: list[str], task_ids: list, worker_id: int,
+        changes: int, rate: float, idle: float, web_pid: int) -> list[object]:
+    from inbox.live import latest_event_id
+
+    seen: dict = {}
+    commits: dict = {}
+    since = latest_event_id()
+
+    async def scenario() -> float:
+        connected = asyncio.Semaphore(0)
+        streams = [asyncio.create_task(_client(port, sessions[i], since, seen, connected))
+                   for i in range(clients)]
+        for _ in range(clients):
+            await asyncio.wait_for(connected.acquire(), 120)
+        await asyncio.sleep(1)  # every stream subscribed
+        driver = threading.Thread(target=_changes,
+                                  args=(task_ids, worker_id, changes, rate, commits))
+        driver.start()
+        while driver.is_alive():
+            await asyncio.sleep(0.1)
+        await asyncio.sleep(2)  # the last signals
+        cpu_before = _cpu_seconds(web_pid)
+        await asyncio.sleep(idle)
+        cpu_idle = _cpu_seconds(web_pid) - cpu_before
+        for stream in streams:
+            stream.cancel()
+        await asyncio.gather(*streams, return_exceptions=True)
+        return cpu_idle
+
+    cpu_idle = asyncio.run(scenario())
+    latencies = [(at - commits[key]) * 1000 for key, ats in seen.items() if key in commits
+                 for at in ats]
+    expected = len(commits) * clients
+    return [clients, f"{len(latencies)}/{expected}",
+            f"{percentile(latencies, 50):.0f}", f"{percentile(latencies, 95):.0f}",
+            f"{percentile(latencies, 99):.0f}", f"{max(latencies):.0f}",
+            f"{cpu_idle / idle / clients * 1000:.3f}"]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--clients", default="1,100,1000")
+    parser.add_argument("--changes", type=int, default=60)
+    parser.add_argument("--rate", type=float, default=5.0)
+    parser.add_argument("--idle", type=float, default=10.0)
+    parser.add_argument("--quick", action="store_true", help="1 and 50 clients, 20 changes")
+    args = parser.parse_args()
+    if args.quick:
+        args.clients, args.changes, args.idle = "1,50", 20, 3.0
+    if args.changes % 2:
+        parser.error("--changes must be even (each task is claimed, then released)")
+    sizes = [int(n) for n in args.clients.split(",")]
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, max(soft, 4 * max(sizes) + 256)), hard))
+    bench_environment()
+    machine_print()
+    with scratch_database("inbox_bench_live") as url:
+        from django.db import connection
+
+        skill = skills_create(1)[0]
+        reviewers = workers_create(max(sizes), skills_of=lambda i: [skill], prefix="reviewer")
+        worker = workers_create(1, skills_of=lambda i: [skill], prefix="changer")[0]
+        with connection.cursor() as cursor:
+            tasks_insert(cursor, count=args.changes, skill_id=str(skill))
+        from inbox.models import Task
+
+        task_ids = list(Task.objects.order_by("created_at").values_list("pk", flat=True))
+        sessions = _sessions(reviewers)
+        port = free_port()
+        web = subprocess.Popen(
+            [sys.executable, "-m", "uvicorn", "config.asgi:application", "--host", "127.0.0.1",
+             "--port", str(port), "--no-access-log", "--log-level", "warning",
+             "--timeout-graceful-shutdown", "1"],
+            cwd=ROOT, env={**os.environ, "DATABASE_URL": url})
+        try:
+            time.sleep(3)
+            rows = []
+            for clients in sizes:
+                # Each run claims and releases the same tasks: they end as they began.
+                rows.append(run(clients, port=port, sessions=sessions, task_ids=task_ids,
+                                worker_id=worker, changes=args.changes, rate=args.rate,
+                                idle=args.idle, web_pid=web.pid))
+                print(table(["clients", "signals seen", "p50 ms", "p95 ms", "p99 ms", "max ms",
+                             "web CPU ms/s per idle client"], rows[-1:]), flush=True)
+            print("\nCommit -> signal read by every connected client (one uvicorn process):")
+            print(table(["clients", "signals seen", "p50 ms", "p95 ms", "p99 ms", "max ms",
+                         "web CPU ms/s per idle client"], rows))
+        finally:
+            web.terminate()
+            web.wait(timeout=10)
+
+
+if __name__ == "__main__":
+    main()
