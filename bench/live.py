@@ -176,7 +176,7 @@ def main() -> None:
             [sys.executable, "-m", "uvicorn", "config.asgi:application", "--host", "127.0.0.1",
              "--port", str(port), "--no-access-log", "--log-level", "warning",
              "--timeout-graceful-shutdown", "1"],
-            cwd=ROOT, env={**os.environ, "DATABASE_URL": url})
+            cwd=ROOT, env={**os.environ, "DATABASE_URL": url, "DATABASE_POOL_MAX": "20"})
         try:
             time.sleep(3)
             rows = []

@@ -109,6 +109,15 @@ if _database_url:
         # An unreachable server fails a request (and /readyz) in seconds, not after the
         # operating system's TCP timeout; ?connect_timeout= in DATABASE_URL wins.
         _database.setdefault("OPTIONS", {}).setdefault("connect_timeout", 5)
+        # A pool per process (psycopg's), for the ASGI web: there every request runs in a
+        # thread of its own, and a burst of them (every open page reconnecting its live
+        # stream after a restart) would otherwise open a connection each, past the
+        # server's max_connections. Requests wait for a free one instead (at most 10 s).
+        _pool_max = env_int("DATABASE_POOL_MAX", 0, minimum=0)
+        if _pool_max:
+            _database["CONN_MAX_AGE"] = 0  # the pool keeps the connections instead
+            _database["OPTIONS"]["pool"] = {"min_size": 1, "max_size": _pool_max,
+                                            "timeout": 10}
 else:
     # SQLite creates its file, not its folder: a fresh clone has no var/ yet.
     VAR_DIR.mkdir(parents=True, exist_ok=True)

@@ -16,6 +16,7 @@ ago and skips what it sent, so a short transaction that commits out of order is 
 
 import asyncio
 import collections
+import contextvars
 import dataclasses
 import logging
 import time
@@ -160,6 +161,11 @@ class Subscription:
             self.queue.put_nowait(None)
 
 
+def _connection_close() -> None:
+    """Close this thread's database connection (a broken one is opened afresh next time)."""
+    connection.close()
+
+
 class LiveHub:
     """The one reader of new events in an event loop, and the pages it tells."""
 
@@ -174,7 +180,11 @@ class LiveHub:
     def subscribe(self, subscription: Subscription) -> None:
         self.subscriptions.add(subscription)
         if self.reader is None or self.reader.done():
-            self.reader = asyncio.get_running_loop().create_task(self._read())
+            # In a context of its own, not the first page's request: its database calls
+            # then run in asgiref's one shared thread, on one connection kept for the
+            # process, instead of a request's thread that ends with the request.
+            self.reader = asyncio.get_running_loop().create_task(
+                self._read(), context=contextvars.Context())
 
     def unsubscribe(self, subscription: Subscription) -> None:
         self.subscriptions.discard(subscription)
@@ -186,7 +196,7 @@ class LiveHub:
                 await self._poll()
             except Exception:
                 logger.exception("Reading live signals failed; trying again")
-                await sync_to_async(connection.close)()
+                await sync_to_async(_connection_close)()
                 await asyncio.sleep(1)
             await asyncio.sleep(POLL_SECONDS)
 

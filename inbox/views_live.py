@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator
 
 from asgiref.sync import sync_to_async
 from django.core.handlers.asgi import ASGIRequest
+from django.db import connection
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.views.decorators.http import require_safe
 
@@ -34,6 +35,9 @@ async def live_stream(request: HttpRequest) -> HttpResponse:
         return HttpResponse("Sign in to follow changes.", status=401,
                             content_type="text/plain")
     audience = await sync_to_async(live.audience_for)(user=user)
+    # The stream reads nothing more in this request's thread (the hub reads for it): give
+    # the connection back now, not when the stream ends, or every open page holds one.
+    await sync_to_async(_connection_close)()
     response = StreamingHttpResponse(
         _events(audience, after=_last_event_id(request)), content_type="text/event-stream")
     response["Cache-Control"] = "no-cache"
@@ -52,6 +56,19 @@ def _last_event_id(request: HttpRequest) -> int | None:
     return None
 
 
+def _connection_close() -> None:
+    """Close this thread's database connection (called in the request's thread)."""
+    connection.close()
+
+
+def _replay(after: int) -> list[live.Signal]:
+    """Return the signals after the event the page had, and give the connection back."""
+    try:
+        return live.signals_after(after, limit=live.REPLAY_LIMIT)
+    finally:
+        connection.close()
+
+
 async def _events(audience: live.Audience, *, after: int | None) -> AsyncIterator[str]:
     subscription = live.Subscription(audience)
     hub = live.hub()
@@ -61,8 +78,7 @@ async def _events(audience: live.Audience, *, after: int | None) -> AsyncIterato
         if after is not None:
             # What happened since the page was rendered (or while the browser was away
             # before it reconnected), then the live ones.
-            for signal in await sync_to_async(live.signals_after)(after,
-                                                                  limit=live.REPLAY_LIMIT):
+            for signal in await sync_to_async(_replay)(after):
                 subscription.offer(signal)
         while True:
             try:

@@ -149,3 +149,26 @@ def test_a_fresh_checkout_migrates_into_a_var_folder_it_creates(tmp_path):
     result = _django(env, "migrate", "--noinput", "-v", "0", "--skip-checks")
     assert result.returncode == 0, result.stderr
     assert (var / "db.sqlite3").is_file()
+
+
+@pytest.mark.postgres
+def test_a_pooled_web_process_queries_through_psycopg_s_pool(db):
+    """DATABASE_POOL_MAX gives the process a bounded pool (the ASGI web's burst of requests
+    waits for a free connection); the database answers through it."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    from django.db import connection
+
+    url = urlsplit(os.environ["DATABASE_URL"])  # this run's test database, by name
+    test_db = urlunsplit(url._replace(path="/" + connection.settings_dict["NAME"]))
+    env = _production_env(DATABASE_URL=test_db, DATABASE_POOL_MAX="3",
+                          DJANGO_SETTINGS_MODULE="config.settings")
+    script = ("import django; django.setup(); from django.conf import settings; "
+              "from django.db import connection; d = settings.DATABASES['default']; "
+              "print(d['CONN_MAX_AGE'], d['OPTIONS']['pool']['max_size']); "
+              "c = connection.cursor(); c.execute('select 41 + 1'); print(c.fetchone()[0]); "
+              "print(type(connection.pool).__name__)")
+    result = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env,
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["0", "3", "42", "ConnectionPool"]
