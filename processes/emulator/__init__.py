@@ -10,6 +10,9 @@ when it runs (tests/config/test_production_imports.py checks both).
   until SIGTERM or SIGINT; ``config_read`` reads a running emulator's settings.
 - ``shims``: patches of moto 5.2.5's internals, applied by ``serve`` (nested executions, the
   config report).
+- ``status``: patches that make moto 5.2.5 report execution status as AWS does, applied by
+  ``serve``: StopExecution aborts a waiting execution at once, and every status change
+  puts AWS's "Step Functions Execution Status Change" event on the default EventBridge bus.
 """
 
 from config.errors import InboxError

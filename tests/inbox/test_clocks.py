@@ -846,29 +846,14 @@ def test_an_offer_notice_names_the_offer_deadline(make_task, make_worker, check_
 
 
 @pytest.mark.emulator
-def test_an_execution_stopped_upstream_cancels_its_open_task(private_intake, review_skill,
-                                                             monkeypatch):
-    """StopExecution on a real execution; the next check cancels its task with the reason.
-
-    The emulator keeps a waiting execution RUNNING after StopExecution (AWS reports it
-    ABORTED), so DescribeExecution of this one execution is patched to answer as AWS does.
-    """
+def test_an_execution_stopped_upstream_cancels_its_open_task(private_intake, review_skill):
+    """StopExecution on a real execution; the next check cancels its task with the reason."""
     process_deploy(text=(SPECS / "invoice-approval.yaml").read_text(), source="invoice")
     execution, _ = process_start(name="invoice-approval", input=INVOICE,
                                  business_key=unique("INV-91"))
     task = _intake(execution_arn=execution.execution_arn)
     aws.execution_stop(execution_arn=execution.execution_arn, error="Ops.Stopped",
                        cause="stopped by an operator")
-    client = aws.client(service="stepfunctions")
-    real_describe = client.describe_execution
-
-    def describe_as_aws(**params):
-        described = real_describe(**params)
-        if params["executionArn"] == execution.execution_arn:
-            described = {**described, "status": "ABORTED"}
-        return described
-
-    monkeypatch.setattr(client, "describe_execution", describe_as_aws)
 
     assert executions_check() == {"checked": 1, "cancelled": 1, "failed": 0}
     task = _fresh(task)
