@@ -108,3 +108,42 @@ def test_eventbridge_routes_a_status_change_to_the_status_queue(status_queue, ma
     assert counts["cancelled"] == 1 and counts["ignored"] == 0  # RUNNING is not routed
     assert Task.objects.get(pk=task.pk).state == TaskState.CANCELLED
     assert settings.INBOX_STATUS_RULE == status_queue["rule_arn"].rsplit("/", 1)[-1]
+
+
+@pytest.mark.emulator
+def test_a_stopped_execution_s_task_is_cancelled_through_the_event_path_alone(
+        private_intake, status_queue, review_skill, monkeypatch):
+    """StopExecution on a real execution; only the status queue is read: the backstop
+    (DescribeExecution) is never called, so the event, and nothing else, cancels the task."""
+    from pathlib import Path
+
+    from inbox.services import clock
+    from inbox.services.intake import intake_poll
+    from processes.services import process_deploy, process_start
+
+    specs = Path(__file__).resolve().parents[2] / "processes" / "specs"
+    process_deploy(text=(specs / "invoice-approval.yaml").read_text(), source="invoice")
+    execution, _ = process_start(
+        name="invoice-approval", business_key=f"INV-{uuid.uuid4().hex[:8]}",
+        input={"invoice_id": "INV-93", "supplier": "Initech", "amount": 800,
+               "currency": "EUR"})
+    for _ in range(20):
+        intake_poll(wait_seconds=1, budget_seconds=2)
+        task = Task.objects.filter(execution_arn=execution.execution_arn).first()
+        if task is not None:
+            break
+    assert task is not None and task.state == TaskState.QUEUED
+
+    def backstop(**kwargs):
+        raise AssertionError("the DescribeExecution backstop must not be needed")
+
+    monkeypatch.setattr(clock.aws, "execution_describe", backstop)
+    aws.execution_stop(execution_arn=execution.execution_arn, error="Ops.Stopped",
+                       cause="stopped by an operator")
+
+    counts = status_poll(wait_seconds=2, budget_seconds=4)
+
+    assert counts["cancelled"] == 1
+    task.refresh_from_db()
+    assert task.state == TaskState.CANCELLED
+    assert task.reason == "The execution is ABORTED. Nobody may work on it."
