@@ -112,10 +112,12 @@ def test_eventbridge_routes_a_status_change_to_the_status_queue(status_queue, ma
 
 @pytest.mark.emulator
 def test_a_stopped_execution_s_task_is_cancelled_through_the_event_path_alone(
-        private_intake, status_queue, review_skill, monkeypatch):
+        private_intake, status_queue, review_skill, monkeypatch, capsys):
     """StopExecution on a real execution; only the status queue is read: the backstop
     (DescribeExecution) is never called, so the event, and nothing else, cancels the task."""
     from pathlib import Path
+
+    from django.core.management import call_command
 
     from inbox.services import clock
     from inbox.services.intake import intake_poll
@@ -138,8 +140,8 @@ def test_a_stopped_execution_s_task_is_cancelled_through_the_event_path_alone(
         raise AssertionError("the DescribeExecution backstop must not be needed")
 
     monkeypatch.setattr(clock.aws, "execution_describe", backstop)
-    aws.execution_stop(execution_arn=execution.execution_arn, error="Ops.Stopped",
-                       cause="stopped by an operator")
+    call_command("execution_stop", execution.execution_arn)  # what an operator runs
+    assert capsys.readouterr().out == f"Stopped {execution.execution_arn}.\n"
 
     counts = status_poll(wait_seconds=2, budget_seconds=4)
 
@@ -147,3 +149,13 @@ def test_a_stopped_execution_s_task_is_cancelled_through_the_event_path_alone(
     task.refresh_from_db()
     assert task.state == TaskState.CANCELLED
     assert task.reason == "The execution is ABORTED. Nobody may work on it."
+
+
+@pytest.mark.emulator
+def test_the_stop_command_stops_an_execution_and_says_so(emulator, capsys):
+    from django.core.management import call_command
+    from django.core.management.base import CommandError
+
+    with pytest.raises(CommandError, match=r"Not stopped: .*ExecutionDoesNotExist"):
+        call_command("execution_stop",
+                     "arn:aws:states:us-east-1:123456789012:execution:nothing:here")
