@@ -7,8 +7,10 @@ Usage (PostgreSQL only; makes and drops its own database, inbox_bench_sweeper):
 For each size: load that many non-due tasks (60% completed, 20% queued, 10% in progress,
 10% offered, every clock running in the future) and --due tasks whose deadline has
 passed, a third each on the offer, work and overall clock (policy abort), with one
-INSERT ... SELECT generate_series each. Then run inbox.services.clock.deadlines_sweep as
-Celery beat does (one sweep per beat interval, back to back while a sweep outlasts it):
+INSERT ... SELECT generate_series each. Then run the clock process's loop
+(inbox.services.clock.deadlines_wait: sweep, then sleep until the next deadline, at most
+INBOX_CLOCK_MAX_WAIT_MS; no pause while a batch comes back full), optionally while
+--takers threads take and release tasks as fast as they can (load on the same database):
 
 - backlog: until every due deadline is handled. Figures: deadlines per second of wall
   time and of sweeping time, and how long after the first sweep each was handled.
@@ -24,6 +26,7 @@ that every outbox row is still pending at the end.
 
 import argparse
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -55,8 +58,10 @@ def main() -> None:
     parser.add_argument("--due", type=int, default=100_000, help="deadlines due at the start")
     parser.add_argument("--batch", type=int, default=None,
                         help="rows per clock per sweep (default: inbox.services.clock.BATCH)")
-    parser.add_argument("--interval", type=float, default=None,
-                        help="seconds between sweeps (default: the beat schedule's)")
+    parser.add_argument("--max-wait", type=float, default=None,
+                        help="the clock's longest sleep in seconds (default: the setting's)")
+    parser.add_argument("--takers", type=int, default=0,
+                        help="threads taking and releasing tasks meanwhile (load)")
     parser.add_argument("--steady-rate", type=float, default=50.0)
     parser.add_argument("--steady-seconds", type=float, default=30.0)
     parser.add_argument("--skills", type=int, default=10)
@@ -76,12 +81,12 @@ def main() -> None:
         from inbox.services import clock as deadlines
 
         args.batch = args.batch or deadlines.BATCH
-        args.interval = args.interval or float(
-            settings.CELERY_BEAT_SCHEDULE["deadlines-sweep"]["schedule"])
+        args.max_wait = args.max_wait or settings.INBOX_CLOCK_MAX_WAIT_SECONDS
         rows = [run_size(args, size) for size in sizes]
     print(f"\nSweeper: {args.due:,} deadlines due (offer, work, overall/abort, a third each), "
-          f"batch {args.batch} per clock, one sweep per {args.interval:g} s (beat), "
-          f"steady {args.steady_rate:g}/s for {args.steady_seconds:g} s\n")
+          f"batch {args.batch} per clock, the clock loop (at most {args.max_wait:g} s asleep), "
+          f"{args.takers} takers meanwhile, steady {args.steady_rate:g}/s for "
+          f"{args.steady_seconds:g} s\n")
     print(table(["non-due tasks", "backlog handled/s (wall)", "handled/s (sweeping)",
                  "backlog drained in s", "steady lateness p50 ms", "p99 ms", "max ms"], rows))
 
@@ -96,21 +101,30 @@ def run_size(args: argparse.Namespace, size: int) -> list:
         cursor.execute("VACUUM ANALYZE inbox_task")
     print(f"loaded in {time.perf_counter() - started:.1f} s")
 
-    backlog = sweep_until(args, expected=args.due, label="backlog")
-    with connection.cursor() as cursor:
-        # How long after the first sweep each backlog deadline was handled.
-        cursor.execute(
-            "SELECT (extract(epoch FROM e.at - %s) * 1000)::float8 FROM inbox_taskevent e "
-            "JOIN bench_due d ON d.task_id = e.task_id AND d.phase = 'backlog' "
-            "WHERE e.action = ANY(%s)", [backlog["first"], TIMEOUT_ACTIONS])
-        reached = [row[0] for row in cursor.fetchall()]
-    print(f"backlog: {backlog['handled']:,} handled in {backlog['wall']:.1f} s "
-          f"({backlog['sweeps']} sweeps, {backlog['busy']:.1f} s sweeping); reached after "
-          f"p50 {percentile(reached, 50) / 1000:.1f} s, p99 {percentile(reached, 99) / 1000:.1f} s")
+    load = Takers(args.takers)
+    load.start()
+    try:
+        backlog = sweep_until(args, expected=args.due, label="backlog")
+        with connection.cursor() as cursor:
+            # How long after the first sweep each backlog deadline was handled.
+            cursor.execute(
+                "SELECT (extract(epoch FROM e.at - %s) * 1000)::float8 "
+                "FROM inbox_taskevent e JOIN bench_due d ON d.task_id = e.task_id "
+                "AND d.phase = 'backlog' WHERE e.action = ANY(%s)",
+                [backlog["first"], TIMEOUT_ACTIONS])
+            reached = [row[0] for row in cursor.fetchall()]
+        print(f"backlog: {backlog['handled']:,} handled in {backlog['wall']:.1f} s "
+              f"({backlog['sweeps']} sweeps, {backlog['busy']:.1f} s sweeping); reached after "
+              f"p50 {percentile(reached, 50) / 1000:.1f} s, "
+              f"p99 {percentile(reached, 99) / 1000:.1f} s")
 
-    steady_count = steady_schedule(args)
-    steady = sweep_until(args, expected=steady_count, label="steady",
-                         at_least=args.steady_seconds)
+        steady_count = steady_schedule(args)
+        steady = sweep_until(args, expected=steady_count, label="steady",
+                             at_least=args.steady_seconds)
+    finally:
+        takes = load.stop()
+    if args.takers:
+        print(f"load: {args.takers} takers made {takes:,} takes and releases meanwhile")
     lateness = steady_lateness()
     print(f"steady: {steady['handled']:,} handled; lateness p50 {percentile(lateness, 50):.0f} "
           f"ms, p99 {percentile(lateness, 99):.0f} ms")
@@ -128,7 +142,8 @@ def seed(*, size: int, due: int, skills: int) -> None:
 
     with connection.cursor() as cursor:
         cursor.execute("DROP TABLE IF EXISTS bench_due")
-        cursor.execute("TRUNCATE inbox_taskevent, inbox_outbox, inbox_taskpass, inbox_task")
+        cursor.execute("TRUNCATE inbox_signaloutbox, inbox_taskevent, inbox_outbox, "
+                       "inbox_taskpass, inbox_task")
         cursor.execute("CREATE TABLE bench_due (task_id uuid PRIMARY KEY, "
                        "due_at timestamptz NOT NULL, phase text NOT NULL)")
     if not Skill.objects.exists():
@@ -194,10 +209,54 @@ def steady_schedule(args: argparse.Namespace) -> int:
     return count
 
 
+class Takers:
+    """Threads taking the next task and releasing it again, as fast as they can (load)."""
+
+    def __init__(self, count: int) -> None:
+        self.count = count
+        self.stopping = threading.Event()
+        self.threads: list[threading.Thread] = []
+        self.takes = 0
+        self.lock = threading.Lock()
+
+    def start(self) -> None:
+        from accounts.models import User
+
+        workers = list(User.objects.order_by("pk")[:self.count])
+        for worker in workers:
+            thread = threading.Thread(target=self._take, args=(worker,), daemon=True)
+            thread.start()
+            self.threads.append(thread)
+
+    def _take(self, worker: object) -> None:
+        from django.db import connection
+
+        from inbox.services.worker import NothingToTake, task_release, task_take_next
+
+        try:
+            while not self.stopping.is_set():
+                try:
+                    task = task_take_next(worker=worker)
+                except NothingToTake:
+                    time.sleep(0.05)
+                    continue
+                task_release(worker=worker, task_id=task.pk)
+                with self.lock:
+                    self.takes += 1
+        finally:
+            connection.close()
+
+    def stop(self) -> int:
+        self.stopping.set()
+        for thread in self.threads:
+            thread.join(timeout=30)
+        return self.takes
+
+
 def sweep_until(args: argparse.Namespace, *, expected: int, label: str,
                 at_least: float = 0.0) -> dict:
-    """Sweep once per interval until expected deadlines are handled (and at_least seconds)."""
-    from inbox.services.clock import deadlines_sweep
+    """Run the clock's loop until expected deadlines are handled (and at_least seconds)."""
+    from inbox.services import clock
 
     handled = sweeps = 0
     busy = 0.0
@@ -210,7 +269,7 @@ def sweep_until(args: argparse.Namespace, *, expected: int, label: str,
             from django.utils import timezone
 
             first = timezone.now()
-        result = deadlines_sweep(batch=args.batch)
+        result = clock.deadlines_sweep(batch=args.batch)
         elapsed = time.perf_counter() - start
         busy += elapsed
         sweeps += 1
@@ -221,10 +280,18 @@ def sweep_until(args: argparse.Namespace, *, expected: int, label: str,
         if handled >= expected and time.perf_counter() - began >= at_least:
             break
         idle_since = None if done else (idle_since or time.perf_counter())
-        if idle_since and time.perf_counter() - idle_since > 10 * args.interval + 10:
+        if idle_since and time.perf_counter() - idle_since > 10 * args.max_wait + 10:
             raise SystemExit(f"{label}: stuck at {handled:,} of {expected:,} deadlines")
-        # As beat: the next sweep at the next tick, at once if this one outlasted it.
-        time.sleep(max(0.0, args.interval - elapsed))
+        # As the clock process (inbox.services.clock.deadlines_wait): at once while a
+        # batch came back full, else until the next deadline, at most max_wait.
+        if max(result["offer"], result["work"], result["overall"]) >= args.batch:
+            continue
+        upcoming = clock.next_deadline()
+        from django.utils import timezone
+
+        wait = args.max_wait if upcoming is None else min(
+            args.max_wait, (upcoming - timezone.now()).total_seconds())
+        time.sleep(max(0.0, wait))
     wall = time.perf_counter() - began
     return {"handled": handled, "sweeps": sweeps, "busy": busy, "wall": wall, "first": first}
 
