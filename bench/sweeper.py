@@ -25,8 +25,8 @@ that every outbox row is still pending at the end.
 """
 
 import argparse
+import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -210,47 +210,32 @@ def steady_schedule(args: argparse.Namespace) -> int:
 
 
 class Takers:
-    """Threads taking the next task and releasing it again, as fast as they can (load)."""
+    """Load: takers taking the next task and releasing it as fast as they can, in
+    processes of their own (bench/_taker.py, up to 8 threads each), not the sweeper's."""
 
     def __init__(self, count: int) -> None:
         self.count = count
-        self.stopping = threading.Event()
-        self.threads: list[threading.Thread] = []
-        self.takes = 0
-        self.lock = threading.Lock()
+        self.children: list[subprocess.Popen] = []
 
     def start(self) -> None:
-        from accounts.models import User
-
-        workers = list(User.objects.order_by("pk")[:self.count])
-        for worker in workers:
-            thread = threading.Thread(target=self._take, args=(worker,), daemon=True)
-            thread.start()
-            self.threads.append(thread)
-
-    def _take(self, worker: object) -> None:
-        from django.db import connection
-
-        from inbox.services.worker import NothingToTake, task_release, task_take_next
-
-        try:
-            while not self.stopping.is_set():
-                try:
-                    task = task_take_next(worker=worker)
-                except NothingToTake:
-                    time.sleep(0.05)
-                    continue
-                task_release(worker=worker, task_id=task.pk)
-                with self.lock:
-                    self.takes += 1
-        finally:
-            connection.close()
+        stamp = int(time.time())
+        for number, start in enumerate(range(0, self.count, 8)):
+            child = subprocess.Popen(
+                [sys.executable, str(Path(__file__).with_name("_taker.py")),
+                 str(min(8, self.count - start)), f"taker{stamp}-{number}-"],
+                stdout=subprocess.PIPE, text=True)
+            if child.stdout.readline().strip() != "ready":
+                raise SystemExit("a taker process did not start")
+            self.children.append(child)
 
     def stop(self) -> int:
-        self.stopping.set()
-        for thread in self.threads:
-            thread.join(timeout=30)
-        return self.takes
+        takes = 0
+        for child in self.children:
+            child.terminate()
+        for child in self.children:
+            out, _ = child.communicate(timeout=60)
+            takes += int(out.split()[-1]) if out.strip() else 0
+        return takes
 
 
 def sweep_until(args: argparse.Namespace, *, expected: int, label: str,

@@ -19,6 +19,20 @@ function inboxReady(fn) {
   }
 }
 
+// Fetch this page again through its normal view; resolve to the parsed document, or to
+// null when the session was signed out (redirected to sign in) or the answer failed.
+function inboxFetchPage() {
+  return window.fetch(window.location.href, {credentials: "same-origin",
+                                             headers: {"Accept": "text/html"}})
+    .then(function (response) {
+      if (!response.ok || response.redirected) return null;
+      return response.text();
+    })
+    .then(function (html) {
+      return html ? new DOMParser().parseFromString(html, "text/html") : null;
+    });
+}
+
 (function () {
   "use strict";
 
@@ -305,16 +319,10 @@ function inboxReady(fn) {
 
   function refresh() {
     if (busy() || document.hidden) return;
-    window.fetch(window.location.href, {credentials: "same-origin",
-                                        headers: {"Accept": "text/html"}})
-      .then(function (response) {
-        // A signed-out session is redirected to sign in: keep the board as it is.
-        if (!response.ok || response.redirected) return null;
-        return response.text();
-      })
-      .then(function (html) {
-        if (!html || busy()) return;
-        var fresh = new DOMParser().parseFromString(html, "text/html");
+    inboxFetchPage()
+      .then(function (fresh) {
+        // Signed out, or busy meanwhile: keep the board as it is.
+        if (!fresh || busy()) return;
         document.querySelectorAll("[data-refresh][id]").forEach(function (el) {
           var other = fresh.getElementById(el.id);
           if (other) el.innerHTML = other.innerHTML;
@@ -505,15 +513,9 @@ function inboxReady(fn) {
     if (document.querySelector("form[aria-busy=true]")) return; // leaving the page anyway
     fetching = true;
     var before = offers(document);
-    window.fetch(window.location.href, {credentials: "same-origin",
-                                        headers: {"Accept": "text/html"}})
-      .then(function (response) {
-        if (!response.ok || response.redirected) return null;
-        return response.text();
-      })
-      .then(function (html) {
-        if (!html) return;
-        var fresh = new DOMParser().parseFromString(html, "text/html");
+    inboxFetchPage()
+      .then(function (fresh) {
+        if (!fresh) return;
         document.querySelectorAll("[data-live-region][id]").forEach(function (el) {
           var other = fresh.getElementById(el.id);
           if (other && !typingIn(el)) el.innerHTML = other.innerHTML;
