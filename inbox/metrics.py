@@ -32,7 +32,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from accounts.models import Skill
 from config.errors import ExternalServiceError
 from inbox.board import skill_counts
-from inbox.models import OPEN_STATES, Outbox, OutboxStatus
+from inbox.models import OPEN_STATES, Outbox, OutboxStatus, SignalOutbox
 from inbox.ratelimit import CACHE_ALIAS, counter_increment
 from processes import aws
 
@@ -153,6 +153,19 @@ class InboxCollector:
         yield GaugeMetricFamily(
             "inbox_outbox_oldest_pending_seconds",
             "Age of the oldest pending callback; 0 when none is pending.", value=max(age, 0.0),
+        )
+        signals = SignalOutbox.objects.filter(sent_at__isnull=True).aggregate(
+            pending=Count("id"), oldest=Min("event__at"))
+        yield GaugeMetricFamily(
+            "inbox_signals_pending",
+            "Change signals written and not yet accepted by the EventBridge bus.",
+            value=signals["pending"],
+        )
+        age = (now - signals["oldest"]).total_seconds() if signals["oldest"] else 0.0
+        yield GaugeMetricFamily(
+            "inbox_signals_oldest_pending_seconds",
+            "Age of the change the oldest pending signal tells of; 0 when none is pending.",
+            value=max(age, 0.0),
         )
 
     def _intake(self) -> Iterator[Metric]:

@@ -119,6 +119,20 @@ def test_outbox_backlog_and_age_follow_pending_callbacks(private_intake, make_ta
     assert 600 <= _value(samples, "inbox_outbox_oldest_pending_seconds") < 660
 
 
+def test_signal_backlog_and_age_follow_pending_signals(private_intake, make_task, reviewer,
+                                                       settings, clock):
+    settings.INBOX_SIGNALS_BUS = "default"
+    before = _scrape()
+    assert _value(before, "inbox_signals_pending") == 0
+    assert _value(before, "inbox_signals_oldest_pending_seconds") == 0
+    make_task()
+    task_take_next(worker=reviewer)
+    clock.advance(seconds=90)
+    samples = _scrape()
+    assert _value(samples, "inbox_signals_pending") == 2  # received, taken
+    assert _value(samples, "inbox_signals_oldest_pending_seconds") == 90
+
+
 def test_dead_letter_depth_comes_from_sqs(private_intake, db):
     dlq = aws.queue_url(name=settings.INBOX_INTAKE_DLQ)
     for number in range(3):
@@ -189,7 +203,8 @@ def test_query_count_does_not_grow_with_tasks_or_skills(private_intake, make_tas
     with CaptureQueriesContext(connection) as many:
         samples = _scrape()
     assert _value(samples, "inbox_tasks", state="queued", skill="extra-3") == 1
-    assert len(many.captured_queries) == len(few.captured_queries) == 3
+    # Skills and tasks, the task counts, the callback outbox, the signal outbox.
+    assert len(many.captured_queries) == len(few.captured_queries) == 4
 
 
 def test_anonymous_and_wrong_token_get_401(db):
