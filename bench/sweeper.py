@@ -25,6 +25,7 @@ that every outbox row is still pending at the end.
 """
 
 import argparse
+import os
 import subprocess
 import sys
 import time
@@ -62,6 +63,8 @@ def main() -> None:
                         help="the clock's longest sleep in seconds (default: the setting's)")
     parser.add_argument("--takers", type=int, default=0,
                         help="threads taking and releasing tasks meanwhile (load)")
+    parser.add_argument("--clock-nice", type=int, default=0,
+                        help="run the sweeping loop at this niceness (as INBOX_CLOCK_NICE)")
     parser.add_argument("--steady-rate", type=float, default=50.0)
     parser.add_argument("--steady-seconds", type=float, default=30.0)
     parser.add_argument("--skills", type=int, default=10)
@@ -74,6 +77,8 @@ def main() -> None:
     sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
 
     bench_environment()
+    if args.clock_nice:
+        os.nice(args.clock_nice)  # the takers' processes, started later, keep niceness 0
     machine_print()
     with scratch_database(DATABASE, keep=args.keep):
         from django.conf import settings
@@ -223,7 +228,9 @@ class Takers:
             child = subprocess.Popen(
                 [sys.executable, str(Path(__file__).with_name("_taker.py")),
                  str(min(8, self.count - start)), f"taker{stamp}-{number}-"],
-                stdout=subprocess.PIPE, text=True)
+                stdout=subprocess.PIPE, text=True,
+                # Load at the ordinary niceness, whatever the sweeper's (--clock-nice).
+                preexec_fn=lambda: os.nice(-os.nice(0)))
             if child.stdout.readline().strip() != "ready":
                 raise SystemExit("a taker process did not start")
             self.children.append(child)

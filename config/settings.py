@@ -249,6 +249,9 @@ INBOX_CALLBACK_MAX_ATTEMPTS = env_int("INBOX_CALLBACK_MAX_ATTEMPTS", 8, minimum=
 INBOX_CLOCK_MAX_WAIT_SECONDS = env_int("INBOX_CLOCK_MAX_WAIT_MS", 500, minimum=10,
                                        maximum=60_000) / 1000
 INBOX_HEARTBEATS_EVERY_SECONDS = env_int("INBOX_HEARTBEATS_EVERY_SECONDS", 1, minimum=1)
+# The clock process's niceness (-20..19): below 0 it gets the CPU before the web, workers
+# and database on a busy machine (needs the privilege to raise priority; see OPERATIONS).
+INBOX_CLOCK_NICE = env_int("INBOX_CLOCK_NICE", 0, minimum=-20, maximum=19)
 INBOX_EXECUTIONS_CHECK_EVERY_SECONDS = env_int("INBOX_EXECUTIONS_CHECK_EVERY_SECONDS", 30,
                                                minimum=1)
 # The backstop behind the status events: DescribeExecution calls per second it may make

@@ -127,3 +127,23 @@ def test_a_lesser_caller_takes_nothing_once_its_ceiling_is_reached(db, monkeypat
     assert take(name="budget", limit=3, ceiling=1).granted
     assert not take(name="budget", limit=3, ceiling=1).granted  # nothing taken by this
     assert [take(name="budget", limit=3).granted for _ in range(3)] == [True, True, False]
+
+
+def test_the_clock_takes_the_niceness_it_is_given_or_says_it_cannot(monkeypatch, caplog):
+    """os.nice is recorded, not called: the test process keeps its own priority."""
+    calls: list[int] = []
+
+    def nice(increment: int) -> int:
+        calls.append(increment)
+        if increment < 0:
+            raise PermissionError("not permitted")
+        return 0
+
+    monkeypatch.setattr(clock_run.os, "nice", nice)
+    clock_run._priority(0)
+    assert calls == []
+    clock_run._priority(5)
+    assert calls == [0, 5]
+    clock_run._priority(-10)
+    assert calls == [0, 5, 0, -10]
+    assert "Cannot run the clock at niceness -10" in caplog.text
