@@ -12,7 +12,11 @@ and records each one's commit time. Latency is the moment a client read the sign
 the moment its transaction committed, over every client and change (same machine, same
 clock). Then the clients stay connected, idle, for --idle seconds and the web process's
 CPU time over that span is divided by the clients: the cost of one idle open page.
-The browser tests cover what real Chromium does with a signal (tests/browser/).
+With --browsers N, N of the clients are real Chromium pages (Debian's /usr/bin/chromium,
+headless, through Playwright) on My queues instead: for them the latency is commit ->
+the page has fetched itself again and put its live regions in place (its
+"inbox:refreshed" event), the whole path a reviewer sees; changes then come one a second,
+so each refresh answers one change.
 """
 
 import argparse
@@ -37,6 +41,10 @@ from _common import (
     tasks_insert,
     workers_create,
 )
+
+HEADERS = ["clients", "signals seen", "p50 ms", "p95 ms", "p99 ms", "max ms",
+           "web CPU ms/s per idle client"]
+BROWSERS = ["Chromium pages: commit -> regions in place, ms"]
 
 
 def _sessions(user_ids: list[int]) -> list[str]:
@@ -103,13 +111,74 @@ def _changes(task_ids: list, worker_id: int, count: int, rate: float, commits: d
     connection.close()
 
 
+class Browsers:
+    """Chromium pages on My queues, in a thread of their own (Playwright's sync API keeps
+    an event loop there), each recording when it put fresh live regions in place."""
+
+    def __init__(self, port: int, sessions: list[str]) -> None:
+        self.port, self.sessions = port, sessions
+        self.ready, self.collect, self.done = (threading.Event(), threading.Event(),
+                                               threading.Event())
+        self.refreshed: list[list[float]] = []
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+        if not self.ready.wait(120):
+            raise RuntimeError("the browsers did not open My queues")
+
+    def _run(self) -> None:
+        from playwright.sync_api import sync_playwright
+
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path="/usr/bin/chromium",
+                                                 headless=True, args=["--no-sandbox"])
+            pages = []
+            for session in self.sessions:
+                context = browser.new_context(base_url=f"http://127.0.0.1:{self.port}")
+                context.add_cookies([{"name": "sessionid", "value": session,
+                                      "url": f"http://127.0.0.1:{self.port}"}])
+                context.add_init_script(
+                    "window.__refreshed = []; document.addEventListener('inbox:refreshed',"
+                    " () => window.__refreshed.push(Date.now() / 1000));")
+                page = context.new_page()
+                page.goto("/")
+                try:
+                    page.wait_for_selector("[data-live][data-live-open]", state="attached")
+                except Exception:
+                    print(f"page at {page.url}: {page.content()[:300]}", file=sys.stderr)
+                    raise
+                pages.append(page)
+            self.ready.set()
+            self.collect.wait()
+            self.refreshed = [page.evaluate("window.__refreshed") for page in pages]
+            browser.close()
+        self.done.set()
+
+    def latencies(self, commits: dict) -> list[float]:
+        """Return, per page and commit, ms until the page's next refresh after the commit."""
+        self.collect.set()
+        self.done.wait(60)
+        found = []
+        for times in self.refreshed:
+            for committed in commits.values():
+                after = [at for at in times if at >= committed]
+                if after:
+                    found.append((min(after) - committed) * 1000)
+        return found
+
+
 def run(clients: int, *, port: int, sessions: list[str], task_ids: list, worker_id: int,
-        changes: int, rate: float, idle: float, web_pid: int) -> list[object]:
+        changes: int, rate: float, idle: float, web_pid: int,
+        browsers: int = 0) -> list[object]:
     from inbox.live import latest_event_id
 
     seen: dict = {}
     commits: dict = {}
     since = latest_event_id()
+    pages = Browsers(port, sessions[clients:clients + browsers]) if browsers else None
+    if pages:
+        pages.start()
 
     async def scenario() -> float:
         connected = asyncio.Semaphore(0)
@@ -136,10 +205,15 @@ def run(clients: int, *, port: int, sessions: list[str], task_ids: list, worker_
     latencies = [(at - commits[key]) * 1000 for key, ats in seen.items() if key in commits
                  for at in ats]
     expected = len(commits) * clients
-    return [clients, f"{len(latencies)}/{expected}",
-            f"{percentile(latencies, 50):.0f}", f"{percentile(latencies, 95):.0f}",
-            f"{percentile(latencies, 99):.0f}", f"{max(latencies):.0f}",
-            f"{cpu_idle / idle / clients * 1000:.3f}"]
+    row = [clients, f"{len(latencies)}/{expected}",
+           f"{percentile(latencies, 50):.0f}", f"{percentile(latencies, 95):.0f}",
+           f"{percentile(latencies, 99):.0f}", f"{max(latencies):.0f}",
+           f"{cpu_idle / idle / clients * 1000:.3f}"]
+    if pages:
+        shown = pages.latencies(commits)
+        row += [f"{browsers}: p50 {percentile(shown, 50):.0f}, p95 "
+                f"{percentile(shown, 95):.0f} ({len(shown)}/{len(commits) * browsers})"]
+    return row
 
 
 def main() -> None:
@@ -148,12 +222,18 @@ def main() -> None:
     parser.add_argument("--changes", type=int, default=60)
     parser.add_argument("--rate", type=float, default=5.0)
     parser.add_argument("--idle", type=float, default=10.0)
+    parser.add_argument("--browsers", type=int, default=0,
+                        help="real Chromium pages on My queues besides the SSE clients")
     parser.add_argument("--quick", action="store_true", help="1 and 50 clients, 20 changes")
     args = parser.parse_args()
     if args.quick:
         args.clients, args.changes, args.idle = "1,50", 20, 3.0
     if args.changes % 2:
         parser.error("--changes must be even (each task is claimed, then released)")
+    if args.browsers and args.rate > 1:
+        # A page's refresh is matched to the change before it: changes a second apart keep
+        # each refresh the answer to one change (a refresh takes well under a second).
+        args.rate = 1.0
     sizes = [int(n) for n in args.clients.split(",")]
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, max(soft, 4 * max(sizes) + 256)), hard))
@@ -163,7 +243,8 @@ def main() -> None:
         from django.db import connection
 
         skill = skills_create(1)[0]
-        reviewers = workers_create(max(sizes), skills_of=lambda i: [skill], prefix="reviewer")
+        reviewers = workers_create(max(sizes) + args.browsers, skills_of=lambda i: [skill],
+                                   prefix="reviewer")
         worker = workers_create(1, skills_of=lambda i: [skill], prefix="changer")[0]
         with connection.cursor() as cursor:
             tasks_insert(cursor, count=args.changes, skill_id=str(skill))
@@ -171,6 +252,11 @@ def main() -> None:
 
         task_ids = list(Task.objects.order_by("created_at").values_list("pk", flat=True))
         sessions = _sessions(reviewers)
+        if args.browsers:
+            from django.core.management import call_command
+
+            # The pages' script and styles, as a production web serves them (WhiteNoise).
+            call_command("collectstatic", "--noinput", verbosity=0)
         port = free_port()
         web = subprocess.Popen(
             [sys.executable, "-m", "uvicorn", "config.asgi:application", "--host", "127.0.0.1",
@@ -184,12 +270,11 @@ def main() -> None:
                 # Each run claims and releases the same tasks: they end as they began.
                 rows.append(run(clients, port=port, sessions=sessions, task_ids=task_ids,
                                 worker_id=worker, changes=args.changes, rate=args.rate,
-                                idle=args.idle, web_pid=web.pid))
-                print(table(["clients", "signals seen", "p50 ms", "p95 ms", "p99 ms", "max ms",
-                             "web CPU ms/s per idle client"], rows[-1:]), flush=True)
+                                idle=args.idle, web_pid=web.pid, browsers=args.browsers))
+                print(table(HEADERS + (BROWSERS if args.browsers else []), rows[-1:]),
+                      flush=True)
             print("\nCommit -> signal read by every connected client (one uvicorn process):")
-            print(table(["clients", "signals seen", "p50 ms", "p95 ms", "p99 ms", "max ms",
-                         "web CPU ms/s per idle client"], rows))
+            print(table(HEADERS + (BROWSERS if args.browsers else []), rows))
         finally:
             web.terminate()
             web.wait(timeout=10)

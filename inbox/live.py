@@ -199,6 +199,10 @@ class LiveHub:
                 await sync_to_async(_connection_close)()
                 await asyncio.sleep(1)
             await asyncio.sleep(POLL_SECONDS)
+        # Nobody listens: the next reader starts from the newest event then (each page
+        # replays what it missed from its own ?since=), not from where this one stopped.
+        self.last_id = -1
+        self.seen.clear()
 
     async def _poll(self) -> None:
         if self.last_id < 0:

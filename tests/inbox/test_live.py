@@ -195,3 +195,23 @@ def test_signed_out_visitors_get_no_stream(client):
     response = client.get("/live/")
     assert response.status_code in (302, 401)
     assert response.get("Content-Type", "") != "text/event-stream"
+
+
+def test_a_reader_that_stopped_for_want_of_pages_starts_afresh(monkeypatch):
+    """Events of the quiet hour are not poured on the next page: it replays its own."""
+    monkeypatch.setattr(live, "latest_event_id", lambda: 9)
+    monkeypatch.setattr(live, "signals_after", lambda floor, **kwargs: [])
+    monkeypatch.setattr(live, "POLL_SECONDS", 0)
+
+    async def scenario() -> int:
+        hub = LiveHub()
+        hub.last_id = 3  # where an earlier reader stopped
+        hub.seen.append((0.0, 3))
+        page = Subscription(Audience(user_id=1, skill_ids=frozenset({1}), everything=False))
+        hub.subscribe(page)
+        await asyncio.sleep(0.05)
+        hub.unsubscribe(page)
+        await asyncio.wait_for(hub.reader, 2)
+        return hub.last_id
+
+    assert _run(scenario) == -1
