@@ -224,24 +224,30 @@ class Outbox(models.Model):
         return f"{self.kind} for {self.task_id} ({self.status})"
 
 
-class IntakeError(models.Model):
+class Received(models.Model):
+    """A message of the intake queue kept for the admins, newest first."""
+
+    received_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        abstract = True
+        ordering = ["-received_at"]
+
+
+class IntakeError(Received):
     """A message the intake refused: what was wrong (never the token), left to redrive."""
 
     message_id = models.CharField(max_length=128, db_index=True)
-    received_at = models.DateTimeField(auto_now_add=True)
     receive_count = models.PositiveIntegerField(default=1)
     problems = models.JSONField(default=list)
     execution_arn = models.CharField(max_length=2048, blank=True)
     stage = models.CharField(max_length=80, blank=True)
 
-    class Meta:
-        ordering = ["-received_at"]
-
     def __str__(self) -> str:
         return f"{self.message_id}: {'; '.join(self.problems)[:80]}"
 
 
-class ProcessFailure(models.Model):
+class ProcessFailure(Received):
     """An execution that took its failure branch, as the state machine reported it."""
 
     execution_arn = models.CharField(max_length=2048)
@@ -249,11 +255,7 @@ class ProcessFailure(models.Model):
     process_version = models.PositiveIntegerField()
     error = models.CharField(max_length=256)
     cause = models.TextField(blank=True)
-    received_at = models.DateTimeField(auto_now_add=True)
     message_id = models.CharField(max_length=128, unique=True)
-
-    class Meta:
-        ordering = ["-received_at"]
 
     def __str__(self) -> str:
         return f"{self.process_name} v{self.process_version}: {self.error}"
