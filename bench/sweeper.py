@@ -9,8 +9,11 @@ For each size: load that many non-due tasks (60% completed, 20% queued, 10% in p
 passed, a third each on the offer, work and overall clock (policy abort), with one
 INSERT ... SELECT generate_series each. Then run the clock process's loop
 (inbox.services.clock.deadlines_wait: sweep, then sleep until the next deadline, at most
-INBOX_CLOCK_MAX_WAIT_MS; no pause while a batch comes back full), optionally while
---takers threads take and release tasks as fast as they can (load on the same database):
+INBOX_CLOCK_MAX_WAIT_MS; no pause while a batch comes back full), optionally under load
+in processes of their own: --takers workers taking and releasing tasks as fast as they
+can (bench/_taker.py), --intake envelopes a second through the intake and --callbacks
+threads completing tasks and sending their callbacks (bench/_load.py); --clock-nice runs
+the sweeping loop ahead of them, as INBOX_CLOCK_NICE does for the clock process:
 
 - backlog: until every due deadline is handled. Figures: deadlines per second of wall
   time and of sweeping time, and how long after the first sweep each was handled.
@@ -63,6 +66,10 @@ def main() -> None:
                         help="the clock's longest sleep in seconds (default: the setting's)")
     parser.add_argument("--takers", type=int, default=0,
                         help="threads taking and releasing tasks meanwhile (load)")
+    parser.add_argument("--intake", type=float, default=0,
+                        help="envelopes a second through the intake meanwhile (load)")
+    parser.add_argument("--callbacks", type=int, default=0,
+                        help="threads completing tasks and sending callbacks meanwhile (load)")
     parser.add_argument("--clock-nice", type=int, default=0,
                         help="run the sweeping loop at this niceness (as INBOX_CLOCK_NICE)")
     parser.add_argument("--steady-rate", type=float, default=50.0)
@@ -106,7 +113,7 @@ def run_size(args: argparse.Namespace, size: int) -> list:
         cursor.execute("VACUUM ANALYZE inbox_task")
     print(f"loaded in {time.perf_counter() - started:.1f} s")
 
-    load = Takers(args.takers)
+    load = Takers(args.takers, intake=args.intake, callbacks=args.callbacks)
     load.start()
     try:
         backlog = sweep_until(args, expected=args.due, label="backlog")
@@ -128,8 +135,8 @@ def run_size(args: argparse.Namespace, size: int) -> list:
                              at_least=args.steady_seconds)
     finally:
         takes = load.stop()
-    if args.takers:
-        print(f"load: {args.takers} takers made {takes:,} takes and releases meanwhile")
+    if args.takers or args.intake or args.callbacks:
+        print(f"load meanwhile: {takes}")
     lateness = steady_lateness()
     print(f"steady: {steady['handled']:,} handled; lateness p50 {percentile(lateness, 50):.0f} "
           f"ms, p99 {percentile(lateness, 99):.0f} ms")
@@ -215,34 +222,46 @@ def steady_schedule(args: argparse.Namespace) -> int:
 
 
 class Takers:
-    """Load: takers taking the next task and releasing it as fast as they can, in
-    processes of their own (bench/_taker.py, up to 8 threads each), not the sweeper's."""
+    """Load, in processes of their own (not the sweeper's interpreter): takers taking the
+    next task and releasing it as fast as they can (bench/_taker.py, up to 8 threads each);
+    and, if asked, the intake and callback senders of bench/_load.py."""
 
-    def __init__(self, count: int) -> None:
-        self.count = count
-        self.children: list[subprocess.Popen] = []
+    def __init__(self, count: int, *, intake: float = 0, callbacks: int = 0) -> None:
+        self.count, self.intake, self.callbacks = count, intake, callbacks
+        self.children: list[tuple[str, subprocess.Popen]] = []
+
+    def _spawn(self, name: str, script: str, *args: str) -> None:
+        child = subprocess.Popen(
+            [sys.executable, str(Path(__file__).with_name(script)), *args],
+            stdout=subprocess.PIPE, text=True,
+            # Load at the ordinary niceness, whatever the sweeper's (--clock-nice).
+            preexec_fn=lambda: os.nice(-os.nice(0)))
+        if child.stdout.readline().strip() != "ready":
+            raise SystemExit(f"the {name} load process did not start")
+        self.children.append((name, child))
 
     def start(self) -> None:
+        if self.intake or self.callbacks:
+            from accounts.services import skill_ensure
+
+            skill_ensure(slug="load-pull", name="Load (bench)")
         stamp = int(time.time())
         for number, start in enumerate(range(0, self.count, 8)):
-            child = subprocess.Popen(
-                [sys.executable, str(Path(__file__).with_name("_taker.py")),
-                 str(min(8, self.count - start)), f"taker{stamp}-{number}-"],
-                stdout=subprocess.PIPE, text=True,
-                # Load at the ordinary niceness, whatever the sweeper's (--clock-nice).
-                preexec_fn=lambda: os.nice(-os.nice(0)))
-            if child.stdout.readline().strip() != "ready":
-                raise SystemExit("a taker process did not start")
-            self.children.append(child)
+            self._spawn("taker", "_taker.py", str(min(8, self.count - start)),
+                        f"taker{stamp}-{number}-")
+        if self.intake:
+            self._spawn("intake", "_load.py", "intake", str(self.intake))
+        if self.callbacks:
+            self._spawn("callbacks", "_load.py", "callbacks", str(self.callbacks))
 
-    def stop(self) -> int:
-        takes = 0
-        for child in self.children:
+    def stop(self) -> str:
+        done: dict[str, int] = {}
+        for _, child in self.children:
             child.terminate()
-        for child in self.children:
+        for name, child in self.children:
             out, _ = child.communicate(timeout=60)
-            takes += int(out.split()[-1]) if out.strip() else 0
-        return takes
+            done[name] = done.get(name, 0) + (int(out.split()[-1]) if out.strip() else 0)
+        return ", ".join(f"{name} {count:,}" for name, count in done.items())
 
 
 def sweep_until(args: argparse.Namespace, *, expected: int, label: str,
