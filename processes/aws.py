@@ -8,6 +8,8 @@ token, so no parameter value ever reaches an exception message or a log line.
 import functools
 import json
 import re
+import time
+from collections.abc import Iterator
 from typing import Any, Literal
 
 import boto3
@@ -301,6 +303,27 @@ def messages_receive(
     if visibility_timeout is not None:
         params["VisibilityTimeout"] = visibility_timeout
     return _call(service="sqs", operation="receive_message", **params).get("Messages", [])
+
+
+# The longest wait SQS allows for one long poll.
+SQS_WAIT_MAX = 20
+
+
+def messages_receive_batches(*, url: str, wait_seconds: int, budget_seconds: float,
+                             max_messages: int = 10, visibility_timeout: int | None = None
+                             ) -> Iterator[list[dict[str, Any]]]:
+    """Yield the batches received from the queue at url until one comes back empty or
+    budget_seconds are used; each long poll waits at most wait_seconds (and SQS's 20)."""
+    deadline = time.monotonic() + budget_seconds
+    while (remaining := deadline - time.monotonic()) > 0:
+        messages = messages_receive(
+            url=url, max_messages=max_messages,
+            wait_seconds=max(0, min(wait_seconds, SQS_WAIT_MAX, int(remaining))),
+            visibility_timeout=visibility_timeout,
+        )
+        if not messages:
+            return
+        yield messages
 
 
 def message_delete(*, url: str, receipt_handle: str) -> None:

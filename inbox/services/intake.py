@@ -18,7 +18,6 @@ import functools
 import json
 import logging
 import re
-import time
 import traceback
 import uuid
 from enum import StrEnum
@@ -50,8 +49,6 @@ _EXECUTION_ARN = re.compile(r"^arn:aws[a-zA-Z-]*:states:[^:]+:[0-9]{12}:executio
 _EXECUTION_MAX = 2048
 _STAGE_MAX = 80
 _UNEXPECTED_MAX = 500
-# The longest wait SQS allows for one long poll.
-_SQS_WAIT_MAX = 20
 POLL_LOCK_KEY = "inbox:intake-poll"
 # Above the poll's budget (25 s) plus an SQS read timeout (30 s), so a live poller never
 # loses its lock; a crashed one's lock lapses and the next beat tick polls again.
@@ -330,15 +327,9 @@ def intake_poll(
     """
     url = aws.queue_url(name=settings.INBOX_INTAKE_QUEUE)
     counts = dict.fromkeys(Outcome, 0)
-    deadline = time.monotonic() + budget_seconds
-    while (remaining := deadline - time.monotonic()) > 0:
-        messages = aws.messages_receive(
-            url=url, max_messages=max_messages,
-            wait_seconds=max(0, min(wait_seconds, _SQS_WAIT_MAX, int(remaining))),
-            visibility_timeout=visibility_timeout,
-        )
-        if not messages:
-            break
+    for messages in aws.messages_receive_batches(
+            url=url, wait_seconds=wait_seconds, budget_seconds=budget_seconds,
+            max_messages=max_messages, visibility_timeout=visibility_timeout):
         done = []
         for message in messages:
             try:
@@ -353,7 +344,8 @@ def intake_poll(
             # One DeleteMessageBatch per receive. Outside a transaction (how the poller
             # runs) it deletes at once, after each intake_message committed; inside one it
             # waits for the commit, so a rollback leaves the messages to be delivered again.
-            transaction.on_commit(functools.partial(_messages_delete, url=url, messages=done))
+            transaction.on_commit(functools.partial(messages_done_delete, url=url,
+                                                    messages=done, queue="Intake"))
     return {str(outcome): count for outcome, count in counts.items()}
 
 
@@ -379,20 +371,21 @@ def intake_poll_once() -> dict[str, int] | None:
     return counts
 
 
-def _messages_delete(*, url: str, messages: list[dict]) -> None:
-    """Delete the handled messages; one that stays is harmless (see below), so log it.
+def messages_done_delete(*, url: str, messages: list[dict], queue: str) -> None:
+    """Delete the handled messages of a queue; one that stays is harmless, so log it.
 
     A message not deleted comes back after its visibility timeout and is then a duplicate
-    (or an already recorded notice), deleted on that receive.
+    (an envelope, a recorded notice, an execution already handled), deleted on that
+    receive. queue names the consumer in the log lines ("Intake", "Upstream").
     """
     try:
         failed = set(aws.messages_delete(
             url=url, receipt_handles=[message["ReceiptHandle"] for message in messages]))
     except ExternalServiceError as exc:
-        logger.warning("Intake: could not delete %d handled message(s): %s",
+        logger.warning("%s: could not delete %d handled message(s): %s", queue,
                        len(messages), exc.message)
         return
     for message in messages:
         if message["ReceiptHandle"] in failed:
-            logger.warning("Intake: could not delete message %s; it comes back as a "
-                           "duplicate", message.get("MessageId", ""))
+            logger.warning("%s: could not delete message %s; it comes back as a "
+                           "duplicate", queue, message.get("MessageId", ""))

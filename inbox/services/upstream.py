@@ -15,7 +15,6 @@ events carry the execution's input and output: nothing of a body is ever logged.
 
 import json
 import logging
-import time
 from typing import Any
 
 from django.conf import settings
@@ -23,12 +22,10 @@ from django.conf import settings
 from config.errors import Conflict
 from inbox.lifecycle import transition
 from inbox.models import OPEN_STATES, Task
+from inbox.services.intake import messages_done_delete
 from processes import aws
 
 logger = logging.getLogger(__name__)
-
-_SQS_WAIT_MAX = 20
-
 
 def status_event_execution(*, body: Any) -> tuple[str, str] | None:
     """Return the (execution ARN, status) an ended execution's status event names, or None.
@@ -63,7 +60,7 @@ def execution_ended(*, execution_arn: str, status: str) -> int:
     return cancelled
 
 
-def status_poll(*, wait_seconds: int = _SQS_WAIT_MAX, budget_seconds: float = 25
+def status_poll(*, wait_seconds: int = aws.SQS_WAIT_MAX, budget_seconds: float = 25
                 ) -> dict[str, int]:
     """Long-poll the status queue and act on each event; return counts.
 
@@ -74,12 +71,8 @@ def status_poll(*, wait_seconds: int = _SQS_WAIT_MAX, budget_seconds: float = 25
     """
     url = aws.queue_url(name=settings.INBOX_STATUS_QUEUE)
     counts = {"cancelled": 0, "no_open_task": 0, "ignored": 0, "failed": 0}
-    deadline = time.monotonic() + budget_seconds
-    while (remaining := deadline - time.monotonic()) > 0:
-        messages = aws.messages_receive(
-            url=url, wait_seconds=max(0, min(wait_seconds, _SQS_WAIT_MAX, int(remaining))))
-        if not messages:
-            break
+    for messages in aws.messages_receive_batches(url=url, wait_seconds=wait_seconds,
+                                                 budget_seconds=budget_seconds):
         done = []
         for message in messages:
             try:
@@ -90,9 +83,9 @@ def status_poll(*, wait_seconds: int = _SQS_WAIT_MAX, budget_seconds: float = 25
                                  message.get("MessageId", ""))
                 continue
             counts[outcome] += 1
-            done.append(message["ReceiptHandle"])
+            done.append(message)
         if done:
-            aws.messages_delete(url=url, receipt_handles=done)
+            messages_done_delete(url=url, messages=done, queue="Upstream")
     if counts["cancelled"]:
         logger.info("Upstream: %d ended execution(s) had open tasks, now cancelled",
                     counts["cancelled"])
