@@ -345,10 +345,9 @@ def _apply(row: Transition, *, task_id: Any, actor: User | None, system: str,
                 f"The task changed since you loaded it (your version {expected_version}, now "
                 f"{task.version}: {task.get_state_display().lower()}). Reload it."
             )
-        if row.holder and (actor is None or task.assignee_id != actor.pk):
-            raise Conflict(row.holder)
-        if task.state not in row.sources:
-            raise IllegalTransition(_state_refusal(row, task=task))
+        refusal = _refusal(row, task=task, actor=actor)
+        if refusal is not None:
+            raise refusal
         step = Step(actor=actor, now=timezone.now(), reason=reason, params=params)
         from_state = task.state
         data = row.change(task, step)
@@ -371,9 +370,15 @@ def _apply(row: Transition, *, task_id: Any, actor: User | None, system: str,
     return task
 
 
-def _state_refusal(row: Transition, *, task: Task) -> str:
-    return (f"Cannot {row.action.replace('_', ' ')} a task that is "
+def _refusal(row: Transition, *, task: Task, actor: User | None) -> Conflict | None:
+    """Return what refuses the row on the task as read (holder first, then state), or None."""
+    if row.holder and (actor is None or task.assignee_id != actor.pk):
+        return Conflict(row.holder)
+    if task.state not in row.sources:
+        return IllegalTransition(
+            f"Cannot {row.action.replace('_', ' ')} a task that is "
             f"{task.get_state_display().lower()}.")
+    return None
 
 
 def transition_problem(*, task: Task, action: str, actor: User | None) -> str | None:
@@ -381,12 +386,8 @@ def transition_problem(*, task: Task, action: str, actor: User | None) -> str | 
 
     The same rules, in the same order, as transition applies under the row lock.
     """
-    row = TRANSITIONS[action]
-    if row.holder and (actor is None or task.assignee_id != actor.pk):
-        return row.holder
-    if task.state not in row.sources:
-        return _state_refusal(row, task=task)
-    return None
+    refusal = _refusal(TRANSITIONS[action], task=task, actor=actor)
+    return refusal.message if refusal is not None else None
 
 
 def task_receive(**fields: Any) -> Task:
