@@ -10,7 +10,6 @@ enqueue is logged (with its traceback, by Django) and beat heals it (the outbox 
 sends the callback, dispatch_pending_task offers the task). A notice is not healed.
 """
 
-import logging
 from collections.abc import Iterable
 from enum import StrEnum
 from typing import Any
@@ -20,8 +19,6 @@ from django.db import transaction
 from accounts.models import Dispatch, Skill
 from config.celery import app
 from inbox.models import Task, TaskState
-
-logger = logging.getLogger(__name__)
 
 
 class Effect(StrEnum):
@@ -76,9 +73,9 @@ def _arguments(*, task: Task, effect: Effect, outbox_id: int | None) -> tuple[An
         return (str(task.pk),)
     if effect == Effect.NOTIFY_OFFERED:
         return ("offered", str(task.pk))
-    if effect == Effect.SIGNAL:
-        return ()
-    return ("escalated", str(task.pk))
+    if effect == Effect.NOTIFY_ESCALATED:
+        return ("escalated", str(task.pk))
+    return ()  # Effect.SIGNAL: the relay sends whatever is due
 
 
 def _pushed(task: Task) -> bool:

@@ -161,8 +161,11 @@ class Subscription:
             self.queue.put_nowait(None)
 
 
-def _connection_close() -> None:
-    """Close this thread's database connection (a broken one is opened afresh next time)."""
+def connection_close() -> None:
+    """Close this thread's database connection (a broken one is opened afresh next time).
+
+    Called through sync_to_async, in the thread whose connection it is.
+    """
     connection.close()
 
 
@@ -196,7 +199,7 @@ class LiveHub:
                 await self._poll()
             except Exception:
                 logger.exception("Reading live signals failed; trying again")
-                await sync_to_async(_connection_close)()
+                await sync_to_async(connection_close)()
                 await asyncio.sleep(1)
             await asyncio.sleep(POLL_SECONDS)
         # Nobody listens: the next reader starts from the newest event then (each page

@@ -11,7 +11,6 @@ from collections.abc import AsyncIterator
 
 from asgiref.sync import sync_to_async
 from django.core.handlers.asgi import ASGIRequest
-from django.db import connection
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.views.decorators.http import require_safe
 
@@ -37,7 +36,7 @@ async def live_stream(request: HttpRequest) -> HttpResponse:
     audience = await sync_to_async(live.audience_for)(user=user)
     # The stream reads nothing more in this request's thread (the hub reads for it): give
     # the connection back now, not when the stream ends, or every open page holds one.
-    await sync_to_async(_connection_close)()
+    await sync_to_async(live.connection_close)()
     response = StreamingHttpResponse(
         _events(audience, after=_last_event_id(request)), content_type="text/event-stream")
     response["Cache-Control"] = "no-cache"
@@ -56,17 +55,12 @@ def _last_event_id(request: HttpRequest) -> int | None:
     return None
 
 
-def _connection_close() -> None:
-    """Close this thread's database connection (called in the request's thread)."""
-    connection.close()
-
-
 def _replay(after: int) -> list[live.Signal]:
     """Return the signals after the event the page had, and give the connection back."""
     try:
         return live.signals_after(after, limit=live.REPLAY_LIMIT)
     finally:
-        connection.close()
+        live.connection_close()
 
 
 async def _events(audience: live.Audience, *, after: int | None) -> AsyncIterator[str]:
