@@ -114,6 +114,13 @@ def test_a_page_that_does_not_read_is_ended_not_held(monkeypatch):
     assert told[-1] is None  # the end of its stream: the browser reconnects
 
 
+async def _open_stream(user, query: str, **headers: str):
+    """Open /live/ as the signed-in user; return the response (its stream not read yet)."""
+    client = AsyncClient()
+    await client.aforce_login(user)
+    return await client.get(f"/live/?{query}", headers=headers)
+
+
 async def _read_until(stream, wanted: str, *, seconds: float = 5.0) -> list[str]:
     """Read the stream's chunks until one contains wanted; return every chunk read."""
     chunks: list[str] = []
@@ -134,9 +141,7 @@ def test_a_change_reaches_an_open_stream_of_a_page_rendered_before_it(make_task,
     since = live.latest_event_id()
 
     async def scenario() -> list[str]:
-        client = AsyncClient()
-        await client.aforce_login(worker)
-        response = await client.get(f"/live/?since={since}")
+        response = await _open_stream(worker, f"since={since}")
         assert response["Content-Type"] == "text/event-stream"
         stream = response.streaming_content
         await _read_until(stream, ": connected")
@@ -160,9 +165,7 @@ def test_a_reconnecting_page_hears_what_it_missed(make_task, worker):
     missed = [signal.event for signal in signals_after(since)]
 
     async def scenario() -> list[str]:
-        client = AsyncClient()
-        await client.aforce_login(worker)
-        response = await client.get("/live/?since=0", headers={"Last-Event-ID": str(since)})
+        response = await _open_stream(worker, "since=0", **{"Last-Event-ID": str(since)})
         return await _read_until(response.streaming_content, f"id: {missed[-1]}")
 
     chunks = _run(scenario)
@@ -179,9 +182,7 @@ def test_a_stream_tells_nothing_of_tasks_its_user_may_not_see(make_task, make_wo
     since = live.latest_event_id()
 
     async def scenario() -> list[str]:
-        client = AsyncClient()
-        await client.aforce_login(outsider)
-        response = await client.get(f"/live/?since={since}")
+        response = await _open_stream(outsider, f"since={since}")
         stream = response.streaming_content
         await _read_until(stream, ": connected")
         await sync_to_async(task_claim)(worker=worker, task_id=task.pk)
