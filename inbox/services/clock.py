@@ -23,6 +23,7 @@ from config.errors import Conflict, ExternalServiceError
 from inbox.lifecycle import transition
 from inbox.models import CLOSED_STATES, OPEN_STATES, Task, TaskEvent, TaskState
 from inbox.ratelimit import SENDTASK, rate_take
+from inbox.selectors import open_tasks_of_execution
 from inbox.tokens import token_decrypt
 from processes import aws
 from processes.contract import HEARTBEATS_PER_PERIOD
@@ -252,17 +253,11 @@ def executions_check(*, batch: int = 50, now: datetime.datetime | None = None) -
                 logger.warning("Checking execution %s failed: %s", arn, exc.message)
                 continue
             reason = "The execution no longer exists."
-        open_tasks = Task.objects.filter(execution_arn=arn, state__in=OPEN_STATES)
         if not reason:
-            open_tasks.update(execution_checked_at=now)
+            open_tasks_of_execution(execution_arn=arn).update(execution_checked_at=now)
             continue
-        for task_id in open_tasks.values_list("pk", flat=True):
-            try:
-                transition(task_id=task_id, action="cancel",
-                           reason=f"{reason} Nobody may work on it.")
-                result["cancelled"] += 1
-            except Conflict:
-                continue
+        result["cancelled"] += execution_tasks_cancel(execution_arn=arn, reason=reason,
+                                                      system="reconciler")
     return result
 
 
@@ -273,3 +268,22 @@ def _duration(task: Task) -> str:
     if seconds % 60 == 0:
         return f"{seconds // 60} min"
     return f"{seconds} s"
+
+
+def execution_tasks_cancel(*, execution_arn: str, reason: str, system: str) -> int:
+    """Cancel the open tasks of an execution that ended upstream; return how many.
+
+    Shared by the backstop above and the status events (inbox.services.upstream): each
+    task is its own transition, and one closed meanwhile (answered, or cancelled by the
+    other path) is passed over.
+    """
+    cancelled = 0
+    for task_id in open_tasks_of_execution(execution_arn=execution_arn).values_list(
+            "pk", flat=True):
+        try:
+            transition(task_id=task_id, action="cancel", system=system,
+                       reason=f"{reason} Nobody may work on it.")
+            cancelled += 1
+        except Conflict:
+            continue
+    return cancelled

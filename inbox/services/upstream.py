@@ -19,9 +19,7 @@ from typing import Any
 
 from django.conf import settings
 
-from config.errors import Conflict
-from inbox.lifecycle import transition
-from inbox.models import OPEN_STATES, Task
+from inbox.services.clock import execution_tasks_cancel
 from inbox.services.intake import messages_done_delete
 from processes import aws
 
@@ -48,16 +46,8 @@ def status_event_execution(*, body: Any) -> tuple[str, str] | None:
 
 def execution_ended(*, execution_arn: str, status: str) -> int:
     """Cancel the open tasks of an execution that ended; return how many were cancelled."""
-    cancelled = 0
-    for task_id in Task.objects.filter(execution_arn=execution_arn,
-                                       state__in=OPEN_STATES).values_list("pk", flat=True):
-        try:
-            transition(task_id=task_id, action="cancel", system="upstream",
-                       reason=f"The execution is {status}. Nobody may work on it.")
-            cancelled += 1
-        except Conflict:
-            continue  # Closed meanwhile (answered, or cancelled by the backstop).
-    return cancelled
+    return execution_tasks_cancel(execution_arn=execution_arn,
+                                  reason=f"The execution is {status}.", system="upstream")
 
 
 def status_poll(*, wait_seconds: int = aws.SQS_WAIT_MAX, budget_seconds: float = 25
