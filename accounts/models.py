@@ -123,3 +123,44 @@ class WorkerSkill(models.Model):
 
     def __str__(self) -> str:
         return f"{self.worker} {self.skill} ({self.proficiency})"
+
+
+class AuditAction(models.TextChoices):
+    SIGN_IN = "sign_in", "Signed in"
+    SIGN_IN_FAILED = "sign_in_failed", "Sign-in failed"
+    LOCKED_OUT = "locked_out", "Locked out"
+    SIGN_OUT = "sign_out", "Signed out"
+    REAUTHENTICATED = "reauthenticated", "Confirmed their password"
+    SESSION_EXPIRED = "session_expired", "Session ended (idle)"
+    TOKEN_CREATED = "token_created", "API token created"
+    TOKEN_REVOKED = "token_revoked", "API token revoked"
+    TOKEN_REFUSED = "token_refused", "API token refused"
+    USER_CREATED = "user_created", "User created"
+    ROLES_CHANGED = "roles_changed", "Roles changed"
+    SKILL_GRANTED = "skill_granted", "Skill granted"
+    SKILL_CHANGED = "skill_changed", "Proficiency changed"
+    SKILL_REMOVED = "skill_removed", "Skill removed"
+    ACCESS_CHANGED = "access_changed", "Account access changed"
+
+
+class AuditEvent(models.Model):
+    """One entry of the append-only audit log (accounts.audit.audit_record writes it).
+
+    The actor is kept by id and e-mail, not as a foreign key: deleting a user must
+    neither rewrite nor remove what they did.
+    """
+
+    at = models.DateTimeField(auto_now_add=True, db_index=True)
+    action = models.CharField(max_length=32, choices=AuditAction.choices)
+    actor_id = models.BigIntegerField(null=True, blank=True)
+    actor_email = models.CharField(max_length=254, blank=True)
+    subject = models.CharField(max_length=254, blank=True)
+    ip = models.GenericIPAddressField(null=True, blank=True)
+    detail = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["-at", "-id"]
+        indexes = [models.Index(fields=["action", "-at"], name="audit_by_action")]
+
+    def __str__(self) -> str:
+        return f"{self.at:%Y-%m-%d %H:%M:%S} {self.action} {self.actor_email} {self.subject}"

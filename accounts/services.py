@@ -4,10 +4,13 @@ from collections.abc import Iterable
 
 from django.contrib.auth.models import Group
 from django.db import transaction
+from django.http import HttpRequest
 
+from accounts.audit import audit_record
 from accounts.models import (
     PROFICIENCY_MAX,
     PROFICIENCY_MIN,
+    AuditAction,
     Availability,
     Dispatch,
     Skill,
@@ -26,19 +29,27 @@ def user_create(
     roles: Iterable[Role] = (),
     first_name: str = "",
     last_name: str = "",
+    actor: User | None = None,
+    request: HttpRequest | None = None,
 ) -> User:
     """Create a user with the given roles; no password means they must be invited."""
     with transaction.atomic():
         user = User.objects.create_user(
             email=email, password=password, first_name=first_name, last_name=last_name
         )
-        user_set_roles(user=user, roles=roles)
+        audit_record(action=AuditAction.USER_CREATED, actor=actor, subject=user.email,
+                     request=request)
+        user_set_roles(user=user, roles=roles, actor=actor, request=request)
     return user
 
 
-def user_set_roles(*, user: User, roles: Iterable[Role]) -> None:
-    """Make the user's role groups exactly roles; admins get the admin site."""
+def user_set_roles(*, user: User, roles: Iterable[Role], actor: User | None = None,
+                   request: HttpRequest | None = None) -> None:
+    """Make the user's role groups exactly roles (audited); admins get the admin site."""
     wanted = {Role(role) for role in roles}
+    before = set(
+        user.groups.filter(name__in=Role.values).values_list("name", flat=True)
+    ) if user.pk else set()
     groups = list(Group.objects.filter(name__in=[role.value for role in wanted]))
     if len(groups) != len(wanted):
         missing = sorted({role.value for role in wanted} - {group.name for group in groups})
@@ -51,6 +62,10 @@ def user_set_roles(*, user: User, roles: Iterable[Role]) -> None:
         if user.is_staff != is_staff:
             user.is_staff = is_staff
             user.save(update_fields=["is_staff"])
+        after = {role.value for role in wanted}
+        if after != before:
+            audit_record(action=AuditAction.ROLES_CHANGED, actor=actor, subject=user.email,
+                         request=request, before=before, after=after)
 
 
 def skill_ensure(*, slug: str, name: str, description: str = "",
@@ -62,23 +77,39 @@ def skill_ensure(*, slug: str, name: str, description: str = "",
     return skill
 
 
-def worker_skill_set(*, worker: User, skill: Skill, proficiency: int) -> WorkerSkill:
-    """Grant the skill to the worker at this proficiency, or change the proficiency."""
+def worker_skill_set(*, worker: User, skill: Skill, proficiency: int,
+                     actor: User | None = None,
+                     request: HttpRequest | None = None) -> WorkerSkill:
+    """Grant the skill to the worker at this proficiency, or change it (audited)."""
     if not PROFICIENCY_MIN <= proficiency <= PROFICIENCY_MAX:
         raise InboxError(
             f"Proficiency must be from {PROFICIENCY_MIN} to {PROFICIENCY_MAX}, not {proficiency}."
         )
     # update_or_create locks the existing row, and on a concurrent first insert
     # the unique constraint makes the loser re-read instead of adding a second row.
-    link, _ = WorkerSkill.objects.update_or_create(
-        worker=worker, skill=skill, defaults={"proficiency": proficiency}
-    )
+    with transaction.atomic():
+        before = (WorkerSkill.objects.filter(worker=worker, skill=skill)
+                  .values_list("proficiency", flat=True).first())
+        link, _ = WorkerSkill.objects.update_or_create(
+            worker=worker, skill=skill, defaults={"proficiency": proficiency}
+        )
+        if before != proficiency:
+            audit_record(
+                action=AuditAction.SKILL_GRANTED if before is None else AuditAction.SKILL_CHANGED,
+                actor=actor, subject=worker.email, request=request, skill=skill.slug,
+                before=before, after=proficiency,
+            )
     return link
 
 
-def worker_skill_remove(*, worker: User, skill: Skill) -> bool:
-    """Take the skill away from the worker; return whether they held it."""
-    deleted, _ = WorkerSkill.objects.filter(worker=worker, skill=skill).delete()
+def worker_skill_remove(*, worker: User, skill: Skill, actor: User | None = None,
+                        request: HttpRequest | None = None) -> bool:
+    """Take the skill away from the worker (audited); return whether they held it."""
+    with transaction.atomic():
+        deleted, _ = WorkerSkill.objects.filter(worker=worker, skill=skill).delete()
+        if deleted:
+            audit_record(action=AuditAction.SKILL_REMOVED, actor=actor, subject=worker.email,
+                         request=request, skill=skill.slug)
     return deleted > 0
 
 

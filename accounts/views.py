@@ -148,10 +148,12 @@ def worker_save(request: HttpRequest, worker_id: int) -> HttpResponse:
             if proficiency == held.get((worker.pk, skill.pk)):
                 continue
             if proficiency is None:
-                services.worker_skill_remove(worker=worker, skill=skill)
+                services.worker_skill_remove(worker=worker, skill=skill,
+                                             actor=request.user, request=request)
                 changes.append(f"{skill.name} removed")
             else:
-                services.worker_skill_set(worker=worker, skill=skill, proficiency=proficiency)
+                services.worker_skill_set(worker=worker, skill=skill, proficiency=proficiency,
+                                          actor=request.user, request=request)
                 changes.append(f"{skill.name} {proficiency}")
         if availability is not None and availability != worker.availability:
             services.worker_set_availability(worker=worker, availability=availability)

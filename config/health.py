@@ -12,6 +12,7 @@ URL masked.
 import re
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor, wait
 
 from django.contrib.auth.decorators import login_not_required
 from django.db import connection
@@ -25,15 +26,23 @@ from processes import aws
 # Seconds: each check gives up within about this long (the database's own connect timeout
 # is set in settings.py).
 BROKER_TIMEOUT = 2.0
+# Seconds: /readyz answers within this, whatever hangs. The checks run side by side; one
+# still running then is reported as not ready ("no answer within ...") and left to finish
+# on its own thread, which its own timeout ends.
+READY_DEADLINE = 1.8
 _REASON_MAX = 200
 # "scheme://user:password@host": keep the scheme, user and host, mask the password.
 _URL_PASSWORD = re.compile(r"(\w+://[^/\s:@]*:)[^@\s]*@")
 
 
 def _database() -> None:
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT 1")
-        cursor.fetchone()
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+            cursor.fetchone()
+    finally:
+        # The check runs on a thread of its own: its connection goes with it.
+        connection.close()
 
 
 def _broker() -> None:
@@ -60,19 +69,39 @@ def reason_of(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
-def readiness() -> tuple[bool, dict[str, dict]]:
-    """Run every check; return whether all passed, and each one's result and latency."""
+def _timed(check: Callable[[], None]) -> dict:
+    started = time.perf_counter()
+    try:
+        check()
+    except Exception as exc:
+        # Reported in the answer (503) rather than raised: the caller wants to know which.
+        result = {"ok": False, "error": reason_of(exc)}
+    else:
+        result = {"ok": True}
+    result["ms"] = round((time.perf_counter() - started) * 1000, 1)
+    return result
+
+
+def readiness(*, deadline: float | None = None) -> tuple[bool, dict[str, dict]]:
+    """Run every check side by side; return whether all passed, and each one's result.
+
+    A check still running after deadline seconds (READY_DEADLINE) counts as failed.
+    """
+    deadline = READY_DEADLINE if deadline is None else deadline
+    pool = ThreadPoolExecutor(max_workers=len(CHECKS), thread_name_prefix="readyz")
+    try:
+        futures = {name: pool.submit(_timed, check) for name, check in CHECKS.items()}
+        wait(futures.values(), timeout=deadline)
+    finally:
+        # Do not wait for a hung check: its thread ends with its own timeout.
+        pool.shutdown(wait=False, cancel_futures=True)
     results: dict[str, dict] = {}
-    for name, check in CHECKS.items():
-        started = time.perf_counter()
-        try:
-            check()
-        except Exception as exc:
-            # Reported in the answer (503) rather than raised: the caller wants to know which.
-            results[name] = {"ok": False, "error": reason_of(exc)}
+    for name, future in futures.items():
+        if future.done():
+            results[name] = future.result()
         else:
-            results[name] = {"ok": True}
-        results[name]["ms"] = round((time.perf_counter() - started) * 1000, 1)
+            results[name] = {"ok": False, "error": f"no answer within {deadline:g} s",
+                             "ms": round(deadline * 1000, 1)}
     return all(result["ok"] for result in results.values()), results
 
 

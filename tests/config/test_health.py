@@ -114,3 +114,27 @@ def test_a_short_metrics_token_stops_the_configuration(tmp_path):
     assert "INBOX_METRICS_TOKEN is too short" in result.stderr
     assert "short-secret-value" not in result.stderr + result.stdout
 
+
+
+@pytest.fixture
+def hung_endpoint() -> Iterator[str]:
+    """A loopback port that accepts connections and never answers (a hung AWS endpoint)."""
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(16)
+        yield f"http://127.0.0.1:{server.getsockname()[1]}"
+
+
+def test_readyz_answers_503_naming_the_hung_checks_while_the_others_pass(
+    emulator, db, settings, hung_endpoint
+):
+    """Against an endpoint that never answers, the AWS checks are cut off at the deadline
+    (they run side by side, so the answer does not wait for each in turn)."""
+    settings.AWS_ENDPOINT_URL = hung_endpoint
+    response = Client().get("/readyz")
+    assert response.status_code == 503
+    checks = response.json()["checks"]
+    assert checks["database"]["ok"] is True
+    assert checks["broker"]["ok"] is True
+    for name in ("stepfunctions", "sqs"):
+        assert checks[name] == {"ok": False, "error": "no answer within 1.8 s", "ms": 1800.0}

@@ -172,3 +172,16 @@ def test_a_pooled_web_process_queries_through_psycopg_s_pool(db):
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["0", "3", "42", "ConnectionPool"]
+
+
+@pytest.mark.parametrize(("debug", "browsable"), [("false", False), ("true", True)])
+def test_the_browsable_api_is_served_only_in_debug(debug, browsable):
+    """Production answers JSON only; DRF's HTML forms are a development convenience."""
+    env = _production_env(DJANGO_DEBUG=debug, DJANGO_SETTINGS_MODULE="config.settings")
+    script = ("import django; django.setup(); from rest_framework.settings import api_settings;"
+              " print(*sorted(r.__name__ for r in api_settings.DEFAULT_RENDERER_CLASSES))")
+    result = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env,
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    expected = ["BrowsableAPIRenderer", "JSONRenderer"] if browsable else ["JSONRenderer"]
+    assert result.stdout.split() == expected
