@@ -12,7 +12,6 @@ from rest_framework.views import APIView
 from accounts.models import User
 from accounts.roles import Role
 from accounts.selectors import user_roles
-from config.errors import NotFound
 from inbox.api import TaskActionApi, TaskSerializer, action_api, valid_input
 from inbox.board import supervised_tasks
 from inbox.services import supervisor
@@ -33,13 +32,16 @@ class ActionInput(serializers.Serializer):
 
 
 class WorkerField(serializers.EmailField):
-    """A worker given by e-mail address: the active user of it, or 404 if there is none."""
+    """A worker given by e-mail address: the active user of it; 400 naming the field if none.
+
+    Invalid input, not a missing resource: the URL's task exists, the field names nobody.
+    """
 
     def run_validation(self, data: Any = serializers.empty) -> User:
         email = super().run_validation(data)
         worker = User.objects.filter(email__iexact=email, is_active=True).first()
         if worker is None:
-            raise NotFound(f"No active user {email}.")
+            raise serializers.ValidationError(f"No active user has the address {email}.")
         return worker
 
 

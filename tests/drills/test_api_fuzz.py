@@ -3,7 +3,8 @@
 The schema is the one ``/api/schema/`` serves (drf-spectacular's generator); schemathesis
 generates requests for every operation, valid and invalid, and sends them to the Django
 WSGI application signed in (API token) as a worker and as a supervisor. No answer may be
-a 5xx, invalid input must be refused with a 4xx and an unsupported method with a 405.
+a 5xx, invalid input must be refused with a 4xx and an unsupported method with a 405, and
+every answer must match the schema: a documented status, content type and body.
 Bounded: a few examples per operation and role (about a minute in all).
 """
 
@@ -21,16 +22,20 @@ from schemathesis import checks
 
 from accounts.roles import Role
 
-# No 5xx, invalid input refused with a 4xx, unsupported methods answered 405. Not the
-# conformance checks (status codes, content types, response bodies): the schema does not
-# document the 400s of DRF's own validation, the 403s of role checks or the HTML 404 of a
-# malformed id yet (docs/RELIABILITY.md lists them). Not positive_data_acceptance (a valid
-# request for an unknown task is rightly a 404) nor ignored_auth (the caller's token goes
-# with every request; anonymous calls are refused in tests/inbox/test_api.py).
+# No 5xx, invalid input refused with a 4xx, unsupported methods answered 405, and every
+# answer conforms to the schema: its status documented for the operation (config/openapi.py
+# documents the shared errors), its content type and its body (errors in the one shape).
+# Not positive_data_acceptance (a valid request for an unknown task is rightly a 404) nor
+# ignored_auth (the caller's token goes with every request; anonymous calls are refused
+# in tests/inbox/test_api.py).
 CHECKS = [
     checks.not_a_server_error,
     checks.negative_data_rejection,
     checks.unsupported_method,
+    checks.status_code_conformance,
+    checks.content_type_conformance,
+    checks.response_schema_conformance,
+    checks.response_headers_conformance,
 ]
 
 EXAMPLES = 10
