@@ -355,6 +355,8 @@ if _oidc_provider_id:
 # use): knox keeps only a SHA-512 digest of each. Every token expires; its user picks the
 # lifetime, from 1 day up to INBOX_API_TOKEN_MAX_DAYS (docs/API.md).
 KNOX_TOKEN_MODEL = "accounts.ApiToken"  # noqa: S105 (a model name)
+# knox's migrations create its own token table whatever the setting says; ours replaces it.
+MIGRATION_MODULES = {"knox": None}
 INBOX_API_TOKEN_MAX_DAYS = env_int("INBOX_API_TOKEN_MAX_DAYS", 365, minimum=1, maximum=365)
 INBOX_API_TOKEN_DAYS = env_int("INBOX_API_TOKEN_DAYS", min(90, INBOX_API_TOKEN_MAX_DAYS),
                                minimum=1, maximum=INBOX_API_TOKEN_MAX_DAYS)
