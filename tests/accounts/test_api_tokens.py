@@ -14,7 +14,7 @@ from accounts.models import ApiToken, AuditAction, AuditEvent
 from accounts.roles import Role
 from accounts.services import user_set_roles
 
-SECRET = re.compile(r'id="new-token" value="([^"]+)"')
+SECRET = re.compile(r'<textarea id="new-token"[^>]*>([^<]+)</textarea>')
 
 
 def _create_on_page(client, **fields) -> tuple[int, str, str]:
