@@ -3,8 +3,11 @@ from django.contrib import admin, messages
 from django.contrib.auth.admin import UserAdmin as BaseUserAdmin
 from django.db.models import QuerySet
 from django.http import HttpRequest
+from knox.models import AuthToken as KnoxAuthToken
 
-from accounts.models import Skill, User, WorkerSkill
+from accounts.api_tokens import api_token_revoke
+from accounts.models import ApiToken, Skill, User, WorkerSkill
+from config.errors import NotFound
 
 
 class WorkerSkillInline(admin.TabularInline):
@@ -73,3 +76,41 @@ class WorkerSkillAdmin(admin.ModelAdmin):
     list_editable = ["proficiency"]
     search_fields = ["worker__email", "skill__slug"]
     autocomplete_fields = ["worker", "skill"]
+
+
+# knox registers its own token model, which KNOX_TOKEN_MODEL replaces with ApiToken.
+if admin.site.is_registered(KnoxAuthToken):
+    admin.site.unregister(KnoxAuthToken)
+
+
+@admin.register(ApiToken)
+class ApiTokenAdmin(admin.ModelAdmin):
+    """API tokens, read-only (never the digest); made on the tokens page, revoked here too."""
+
+    list_display = ["name", "user", "scope", "created_by", "created", "expiry", "last_used_at"]
+    list_filter = ["scope"]
+    search_fields = ["name", "user__email"]
+    fields = ["name", "user", "scope", "created_by", "created", "expiry", "last_used_at"]
+    readonly_fields = fields
+    actions = ["revoke"]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
+
+    @admin.action(description="Revoke the selected tokens (their callers get 401)")
+    def revoke(self, request: HttpRequest, queryset: QuerySet[ApiToken]) -> None:
+        revoked = 0
+        for token_id in queryset.values_list("pk", flat=True):
+            try:
+                api_token_revoke(token_id=token_id, user=None, actor=request.user,
+                                 request=request)
+            except NotFound:
+                continue  # revoked meanwhile
+            revoked += 1
+        self.message_user(request, f"Revoked {revoked} token(s).", messages.SUCCESS)

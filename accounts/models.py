@@ -3,6 +3,8 @@
 from django.contrib.auth.models import AbstractUser, BaseUserManager
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
+from knox.models import AbstractAuthToken
+from knox.settings import CONSTANTS
 
 PROFICIENCY_MIN = 1
 PROFICIENCY_MAX = 5
@@ -164,3 +166,41 @@ class AuditEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.at:%Y-%m-%d %H:%M:%S} {self.action} {self.actor_email} {self.subject}"
+
+
+class ApiScope(models.TextChoices):
+    """What an API token may do, each scope covering the ones before it."""
+
+    READ = "read", "Read: look at what I may see, change nothing"
+    WORK = "work", "Work: read, and take and answer my tasks"
+    SUPERVISE = "supervise", "Supervise: work, and manage the tasks I supervise"
+    ADMIN = "admin", "Admin: everything I may do, processes included"
+
+
+class ApiToken(AbstractAuthToken):
+    """A credential for the REST API (django-rest-knox's token, KNOX_TOKEN_MODEL).
+
+    Only a SHA-512 digest of the secret is kept, with the first characters of the secret
+    (token_key) to find the row; the secret itself is shown once, when it is made.
+    accounts.api_tokens creates and revokes tokens; accounts.api_auth checks them.
+    """
+
+    id = models.BigAutoField(primary_key=True)
+    # Not the primary key (knox's default): pages and URLs name a token by its id, and
+    # the digest appears nowhere but here.
+    digest = models.CharField(max_length=CONSTANTS.DIGEST_LENGTH, unique=True)
+    expiry = models.DateTimeField(help_text="After this, the token is refused.")
+    name = models.CharField(max_length=64, help_text="Its user's label, e.g. ci or laptop.")
+    scope = models.CharField(max_length=16, choices=ApiScope.choices, default=ApiScope.READ)
+    created_by = models.ForeignKey(
+        User, null=True, blank=True, on_delete=models.SET_NULL, related_name="+",
+        help_text="Who made it: its user, an admin, or nobody (a command).",
+    )
+    last_used_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created", "-id"]
+        verbose_name = "API token"
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.scope}) of {self.user}"

@@ -26,7 +26,6 @@ ROLE_PERMISSIONS: dict[Role, list[str]] = {
         "accounts.*",
         "account.*",
         "socialaccount.*",
-        "authtoken.*",
         "auth.view_group",
         "processes.*",
         "inbox.*",

@@ -1,10 +1,15 @@
 from django.urls import path
 
-from accounts import views
+from accounts import views, views_tokens
 
 app_name = "team"
 
 urlpatterns = [
     path("skills/", views.skills, name="skills"),
     path("skills/<int:worker_id>/", views.worker_save, name="worker-save"),
+    # Every signed-in user's own API tokens (admins also make them for others).
+    path("tokens/", views_tokens.tokens, name="tokens"),
+    path("tokens/new/", views_tokens.token_create, name="token-create"),
+    path("tokens/for-user/", views_tokens.token_create_for, name="token-create-for"),
+    path("tokens/<int:token_id>/revoke/", views_tokens.token_revoke, name="token-revoke"),
 ]

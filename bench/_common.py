@@ -233,14 +233,19 @@ def workers_create(count: int, *, skills_of: "object", prefix: str = "worker",
                    api_tokens: bool = False) -> list[int]:
     """Create count workers (worker role, unusable password); return their ids in order.
 
-    skills_of(i) returns the skill ids worker i holds. With api_tokens, each gets a DRF
-    token whose key is f"{prefix}-token-{i}" padded to 40 characters (REST API sign-in).
+    skills_of(i) returns the skill ids worker i holds. With api_tokens, each gets a
+    work-scoped API token whose secret is api_token(prefix, i) (REST API sign-in), stored
+    as the service stores one (knox's digest), in bulk.
     """
+    import datetime
+
     from django.contrib.auth.hashers import make_password
     from django.contrib.auth.models import Group
-    from rest_framework.authtoken.models import Token
+    from django.utils import timezone
+    from knox.crypto import hash_token
+    from knox.settings import CONSTANTS
 
-    from accounts.models import User, WorkerSkill
+    from accounts.models import ApiScope, ApiToken, User, WorkerSkill
     from accounts.roles import Role
 
     unusable = make_password(None)
@@ -257,14 +262,22 @@ def workers_create(count: int, *, skills_of: "object", prefix: str = "worker",
         for i, user in enumerate(users) for skill_id in skills_of(i)
     )
     if api_tokens:
-        Token.objects.bulk_create(
-            Token(key=api_token(prefix, i), user_id=user.pk) for i, user in enumerate(users)
+        expiry = timezone.now() + datetime.timedelta(days=1)
+        secrets = [api_token(prefix, i) for i in range(len(users))]
+        ApiToken.objects.bulk_create(
+            ApiToken(digest=hash_token(secret), token_key=secret[:CONSTANTS.TOKEN_KEY_LENGTH],
+                     user_id=user.pk, created_by_id=user.pk, expiry=expiry, name="bench",
+                     scope=ApiScope.WORK)
+            for secret, user in zip(secrets, users, strict=True)
         )
     return [user.pk for user in users]
 
 
 def api_token(prefix: str, i: int) -> str:
-    return f"{prefix}-token-{i}".ljust(40, "x")[:40]
+    """Return the API token secret of worker i (knox's shape: 64 hex digits, deterministic)."""
+    import hashlib
+
+    return "inbox_" + hashlib.sha256(f"{prefix}-token-{i}".encode()).hexdigest()
 
 
 # Figures --------------------------------------------------------------------------------

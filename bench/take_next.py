@@ -12,7 +12,7 @@ are not counted), one after the other on the same database:
 - raw: a plain SQL loop, one autocommit statement per claim
   (UPDATE ... WHERE id = (SELECT ... FOR UPDATE SKIP LOCKED LIMIT 1) RETURNING id);
 - service: inbox.services.worker_service.task_take_next(worker=...) called in-process;
-- http: POST /api/inbox/tasks/next/ (DRF token sign-in) to gunicorn, started here with
+- http: POST /api/inbox/tasks/next/ (API token sign-in) to gunicorn, started here with
   --http-workers sync workers on the same database.
 
 Every taker is its own OS process with its own database connection (or HTTP

@@ -20,6 +20,9 @@ from config.errors import InboxError
 
 logger = logging.getLogger(__name__)
 
+NO_CREDENTIALS = ("No credentials: send the header 'Authorization: Token <key>' with an API "
+                  "token (create one at /team/tokens/), or sign in for a session.")
+
 
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
     """Answer an error with its status and the project's error shape.
@@ -50,8 +53,11 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
                          "errors": errors}
     else:
         code = exc.get_codes()
+        detail = str(exc.detail)
+        if isinstance(exc, exceptions.NotAuthenticated):
+            detail = NO_CREDENTIALS
         response.data = {"code": code if isinstance(code, str) else exc.default_code,
-                         "detail": str(exc.detail)}
+                         "detail": detail}
     return response
 
 

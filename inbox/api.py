@@ -17,6 +17,8 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from accounts.api_auth import HasTokenScope
+from accounts.models import ApiScope
 from inbox.models import Task
 from inbox.selectors import access_task, my_queues, my_tasks, task_form, task_history
 from inbox.services import worker
@@ -101,14 +103,20 @@ def valid_input(serializer_class: type[serializers.Serializer], request: Request
 
 
 
-class TaskActionApi(APIView):
+class WorkerApi(APIView):
+    """Base of the worker's API views: signed in; an API token needs scope work (read: GETs)."""
+
+    permission_classes = [IsAuthenticated, HasTokenScope]
+    token_scope = ApiScope.WORK
+
+
+class TaskActionApi(WorkerApi):
     """POST one action on a task: validate input_class, call service, answer the task.
 
     The service is called with the user as its actor (the keyword named by actor), the
     task's id from the URL, the input's fields by name, and "version" as expected_version.
     """
 
-    permission_classes = [IsAuthenticated]
     input_class: type[serializers.Serializer] = VersionInput
     service: Callable[..., Task]
     actor = "worker"
@@ -124,9 +132,7 @@ class TaskActionApi(APIView):
         return Response(TaskDetailSerializer(task).data)
 
 
-class QueueListApi(APIView):
-    permission_classes = [IsAuthenticated]
-
+class QueueListApi(WorkerApi):
     class OutputSerializer(serializers.Serializer):
         class Meta:
             ref_name = "QueueListOutput"
@@ -143,17 +149,13 @@ class QueueListApi(APIView):
         return Response(self.OutputSerializer(my_queues(user=request.user), many=True).data)
 
 
-class MyTaskListApi(APIView):
-    permission_classes = [IsAuthenticated]
-
+class MyTaskListApi(WorkerApi):
     @extend_schema(responses=TaskSerializer(many=True), summary="Tasks I hold or am offered")
     def get(self, request: Request) -> Response:
         return Response(TaskSerializer(my_tasks(user=request.user), many=True).data)
 
 
-class TaskDetailApi(APIView):
-    permission_classes = [IsAuthenticated]
-
+class TaskDetailApi(WorkerApi):
     @extend_schema(responses={200: TaskDetailSerializer, 404: ErrorSerializer},
                    summary="A task: input, form, clocks, history")
     def get(self, request: Request, task_id: str) -> Response:

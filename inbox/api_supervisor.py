@@ -9,7 +9,8 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from accounts.models import User
+from accounts.api_auth import HasTokenScope
+from accounts.models import ApiScope, User
 from accounts.roles import Role
 from accounts.selectors import user_roles
 from inbox.api import TaskActionApi, TaskSerializer, action_api, valid_input
@@ -54,15 +55,21 @@ class ExtendInput(ActionInput):
     seconds = serializers.IntegerField(min_value=1)
 
 
-class SupervisorActionApi(TaskActionApi):
-    permission_classes = [IsAuthenticated, IsSupervisor]
+class SupervisorApi(APIView):
+    """Base of the supervisor's API views: a supervisor; an API token needs scope supervise."""
+
+    permission_classes = [IsAuthenticated, HasTokenScope, IsSupervisor]
+    token_scope = ApiScope.SUPERVISE
+
+
+class SupervisorActionApi(SupervisorApi, TaskActionApi):
+    """A task action of the supervisor's: TaskActionApi's shape, SupervisorApi's checks."""
+
     input_class = ActionInput
     actor = "supervisor"
 
 
-class SupervisedListApi(APIView):
-    permission_classes = [IsAuthenticated, IsSupervisor]
-
+class SupervisedListApi(SupervisorApi):
     class FilterSerializer(serializers.Serializer):
         escalated = serializers.BooleanField(required=False, default=False)
         overdue = serializers.BooleanField(required=False, default=False)
@@ -91,9 +98,7 @@ AbortApi = action_api("AbortApi", supervisor.task_abort, ActionInput,
                       base=SupervisorActionApi)
 
 
-class BulkApi(APIView):
-    permission_classes = [IsAuthenticated, IsSupervisor]
-
+class BulkApi(SupervisorApi):
     class InputSerializer(serializers.Serializer):
         action = serializers.ChoiceField(choices=["reassign", "return", "extend", "abort"])
         task_ids = serializers.ListField(child=serializers.UUIDField(), min_length=1,

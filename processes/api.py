@@ -14,6 +14,8 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from accounts.api_auth import HasTokenScope
+from accounts.models import ApiScope
 from accounts.roles import Role
 from accounts.selectors import user_has_role
 from processes.selectors import execution_list, process_get, process_list
@@ -38,7 +40,8 @@ class ExecutionPagination(LimitOffsetPagination):
 
 
 class _AdminApi(APIView):
-    permission_classes = [IsAuthenticated, IsAdminRole]
+    permission_classes = [IsAuthenticated, HasTokenScope, IsAdminRole]
+    token_scope = ApiScope.ADMIN
 
 
 class _ErrorSerializer(serializers.Serializer):

@@ -213,6 +213,36 @@ def reviewer(make_user) -> User:
 
 
 @pytest.fixture
+def api_token(db):
+    """Return a function making an API token for a user (the real service): the secret.
+
+    scope defaults to the widest the user's roles allow; the token is made by the user.
+    """
+    from accounts.api_tokens import api_scopes_allowed, api_token_create
+
+    def make(user: User, *, scope: str | None = None, days: int | None = None,
+             name: str = "test") -> str:
+        scope = scope or api_scopes_allowed(user=user)[-1]
+        _, secret = api_token_create(user=user, name=name, scope=scope, days=days, actor=user)
+        return secret
+
+    return make
+
+
+@pytest.fixture
+def api_client(api_token):
+    """Return a function giving a DRF test client that sends an API token of the user."""
+    from rest_framework.test import APIClient
+
+    def signed_in(user: User, *, scope: str | None = None, **kwargs: Any) -> APIClient:
+        client = APIClient(**kwargs)
+        client.credentials(HTTP_AUTHORIZATION=f"Token {api_token(user, scope=scope)}")
+        return client
+
+    return signed_in
+
+
+@pytest.fixture
 def browser_for():
     """Return a function giving a test client signed in as the user."""
 

@@ -17,7 +17,6 @@ from django.core import signals
 from django.core.wsgi import get_wsgi_application
 from django.db import close_old_connections
 from drf_spectacular.generators import SchemaGenerator
-from rest_framework.authtoken.models import Token
 from schemathesis import checks
 
 from accounts.roles import Role
@@ -61,14 +60,14 @@ def connection_kept() -> Iterator[None]:
 
 
 @pytest.fixture(params=["worker", "supervisor"])
-def token_of(request, make_task, make_worker, approval_skill) -> str:
+def token_of(request, make_task, make_worker, approval_skill, api_token) -> str:
     """Sign in as a worker (or a supervisor) of invoice-review, with tasks in the queues."""
     roles = (Role.WORKER,) if request.param == "worker" else (Role.WORKER, Role.SUPERVISOR)
     caller = make_worker({"invoice-review": 3, "finance-approval": 2}, roles=roles)
     for _ in range(3):
         make_task()
     make_task(skill="finance-approval")
-    return Token.objects.create(user=caller).key
+    return api_token(caller)  # the widest scope the caller's roles allow
 
 
 @schema.parametrize()

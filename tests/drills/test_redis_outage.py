@@ -10,7 +10,6 @@ the outage are gone) and the worker's beat drains the outbox: every callback lan
 
 import pytest
 from django.conf import settings
-from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from inbox.models import Outbox, OutboxStatus, Task, TaskState
@@ -33,14 +32,14 @@ def web_on_private_redis(private_redis, settings):
 @pytest.mark.emulator
 @pytest.mark.django_db(transaction=True)
 def test_completions_are_accepted_while_redis_is_down_and_sent_when_it_returns(
-    start_reviews, reviewer, web_on_private_redis, celery_worker, browser_for, figures
+    start_reviews, reviewer, web_on_private_redis, celery_worker, browser_for, api_client,
+    figures
 ):
     redis = web_on_private_redis
     reviews = start_reviews(TASKS)
     worker = celery_worker(redis_url=redis.url)
     worker.start()
-    api = APIClient()
-    api.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=reviewer).key}")
+    api = api_client(reviewer, scope="work")
     page = browser_for(reviewer)
 
     redis.stop()

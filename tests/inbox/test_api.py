@@ -1,18 +1,12 @@
 import pytest
-from rest_framework.authtoken.models import Token
-from rest_framework.test import APIClient
 
 from inbox.models import TaskState
 
 
 @pytest.fixture
-def api():
-    def client_for(user) -> APIClient:
-        client = APIClient()
-        client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=user).key}")
-        return client
-
-    return client_for
+def api(api_client):
+    """A client of the user's, with a work-scoped API token."""
+    return lambda user: api_client(user, scope="work")
 
 
 def test_take_next_and_complete_through_the_api(api, make_task, make_worker):
@@ -95,8 +89,11 @@ def test_unknown_and_malformed_task_ids_are_404(api, make_worker, review_skill):
     assert client.get("/api/inbox/tasks/not-a-uuid/").status_code == 404
 
 
-def test_anonymous_api_calls_are_refused(client, db):
-    assert client.post("/api/inbox/tasks/next/").status_code in (401, 403)
+def test_anonymous_api_calls_are_refused_with_401_naming_the_scheme(client, db):
+    response = client.post("/api/inbox/tasks/next/")
+    assert response.status_code == 401
+    assert response["WWW-Authenticate"] == "Token"
+    assert response.json()["code"] == "not_authenticated"
 
 
 def test_session_posts_need_csrf(make_task, make_worker):
