@@ -1,11 +1,15 @@
 """Reads of tasks, and the one selector that decides who may see or act on a task."""
 
+import functools
+import operator
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Literal
 
 from django.core.exceptions import ValidationError
 from django.db.models import Count, Min, Q, QuerySet
 
-from accounts.models import User, WorkerSkill
+from accounts.models import PeerVisibility, User, WorkerSkill
 from accounts.roles import Role
 from accounts.selectors import user_roles
 from config.errors import Conflict, InboxError, NotFound
@@ -16,41 +20,140 @@ from processes.selectors import form_for
 Action = Literal["view", "manage"]
 
 
-def visible_tasks(*, user: User) -> QuerySet[Task]:
-    """Return the tasks the user may see: admins all, others those of skills they hold."""
-    roles = user_roles(user=user)
+@dataclass(frozen=True)
+class Visibility:
+    """Which tasks one user may see, read once from their roles and skills.
+
+    The one description of the policy: visible_tasks filters tasks by it (``tasks``) and the
+    live stream's audience asks it about one task (``sees``), so the two cannot drift.
+
+    - an admin sees every task;
+    - a supervisor sees every task of the skills they hold (what they supervise);
+    - a worker sees the queued tasks of their skills at or below their proficiency (what
+      they may take), the tasks they hold now, and the tasks they decided (a decided task
+      keeps its assignee) of skills they still hold; of a skill whose peer_visibility is
+      "team", every task, read-only. A task given back (released, declined, timed out,
+      returned) is no longer theirs: they see it again only as anyone in its queue does.
+    - an inactive user, or one without a role, sees nothing.
+    """
+
+    user_id: int | None
+    everything: bool = False
+    # Skills every task of which the user sees: supervised, or a "team" skill worked.
+    whole_skills: frozenset[int] = frozenset()
+    # The worker's skills and proficiency: {skill id: proficiency}. None: not a worker.
+    queues: Mapping[int, int] | None = None
+    # Skills whose tasks the user manages (a supervisor holding them).
+    supervised: frozenset[int] = frozenset()
+
+    def tasks(self) -> Q | None:
+        """Return the condition on Task of what the user sees (None: nothing)."""
+        parts = []
+        if self.whole_skills:
+            parts.append(Q(skill_id__in=sorted(self.whole_skills)))
+        if self.queues is not None:
+            parts.append(Q(assignee_id=self.user_id, state__in=HELD_STATES))
+            if self.queues:
+                parts.append(Q(assignee_id=self.user_id, skill_id__in=sorted(self.queues)))
+            for skill_id, proficiency in sorted(self.queues.items()):
+                parts.append(Q(skill_id=skill_id, state=TaskState.QUEUED,
+                               min_proficiency__lte=proficiency))
+        return functools.reduce(operator.or_, parts) if parts else None
+
+    def sees(self, *, skill_id: int, min_proficiency: int, state: str,
+             assignee_id: int | None) -> bool:
+        """Return whether the user sees a task with these attributes (what tasks() says)."""
+        if self.everything or skill_id in self.whole_skills:
+            return True
+        if self.queues is None:
+            return False
+        if assignee_id is not None and assignee_id == self.user_id and (
+                state in HELD_STATES or skill_id in self.queues):
+            return True
+        proficiency = self.queues.get(skill_id)
+        return (state == TaskState.QUEUED and proficiency is not None
+                and min_proficiency <= proficiency)
+
+    def supervises(self, *, skill_id: int) -> bool:
+        """Return whether the user may manage tasks of the skill (supervisor or admin)."""
+        return self.everything or skill_id in self.supervised
+
+
+def visibility_for(*, user: User) -> Visibility:
+    """Return what the user may see now: their current roles, skills and proficiency."""
+    roles = user_roles(user=user) if user.is_active else set()
     if Role.ADMIN in roles:
-        return Task.objects.all()
+        return Visibility(user_id=user.pk, everything=True)
     if not roles:
-        return Task.objects.none()
-    held_skills = WorkerSkill.objects.filter(worker=user).values("skill_id")
-    return Task.objects.filter(Q(skill_id__in=held_skills) | Q(assignee=user))
+        return Visibility(user_id=user.pk)
+    links = list(WorkerSkill.objects.filter(worker=user)
+                 .values_list("skill_id", "proficiency", "skill__peer_visibility"))
+    held = frozenset(skill_id for skill_id, _, _ in links)
+    supervised = held if Role.SUPERVISOR in roles else frozenset()
+    if Role.WORKER not in roles:
+        return Visibility(user_id=user.pk, whole_skills=supervised, supervised=supervised)
+    team = frozenset(skill_id for skill_id, _, seen in links if seen == PeerVisibility.TEAM)
+    return Visibility(user_id=user.pk, whole_skills=supervised | team, supervised=supervised,
+                      queues={skill_id: proficiency for skill_id, proficiency, _ in links})
+
+
+def visible_tasks(*, user: User) -> QuerySet[Task]:
+    """Return the tasks the user may see (the policy: Visibility)."""
+    visibility = visibility_for(user=user)
+    if visibility.everything:
+        return Task.objects.all()
+    condition = visibility.tasks()
+    return Task.objects.filter(condition) if condition is not None else Task.objects.none()
 
 
 def access_task(*, user: User, task_id: object, action: Action = "view") -> Task:
     """Return the task if the user may see it (view) or supervise it (manage); else NotFound.
 
     Permission only: a task the user may not see is NotFound (404), never a hint that it
-    exists. Whether they may act on it now (hold it, its state) is the transition's rule
-    (inbox.lifecycle: a Conflict, 409).
+    exists. Whether they may act on it now (hold it, its state, still eligible) is the
+    transition's rule (inbox.lifecycle: a Conflict, 409). Manage: an admin, or a
+    supervisor of the task's skill.
     """
+    if action not in ("view", "manage"):
+        raise ValueError(f"unknown action {action!r}")
     try:
         task = visible_tasks(user=user).select_related("skill", "assignee").get(pk=task_id)
     except (Task.DoesNotExist, ValidationError, ValueError, TypeError):
         # A malformed id is as unknown as a missing one.
         raise NotFound("No such task.") from None
-    if action == "view":
-        return task
-    if action == "manage":
-        roles = user_roles(user=user)
-        if Role.ADMIN in roles or Role.SUPERVISOR in roles:
-            return task
+    if action == "manage" and not visibility_for(user=user).supervises(skill_id=task.skill_id):
         raise NotFound("No such task.")
-    raise ValueError(f"unknown action {action!r}")
+    return task
+
+
+def hold_problem(*, user: User, task: Task) -> str | None:
+    """Return why the user may no longer hold the task, or None while they may.
+
+    Their current access only: active, the worker role, the task's skill at its
+    min_proficiency. Separation of duties is checked when a task is taken (see
+    eligibility_problem); holding it does not change it. Said of the user by e-mail, as the
+    history and the refusal both say it.
+    """
+    if not user.is_active:
+        return f"{user.email} is deactivated"
+    if Role.WORKER not in user_roles(user=user):
+        return f"{user.email} no longer has the worker role"
+    proficiency = (
+        WorkerSkill.objects.filter(worker=user, skill_id=task.skill_id)
+        .values_list("proficiency", flat=True).first()
+    )
+    if proficiency is None:
+        return f"{user.email} no longer holds {task.skill.slug}"
+    if proficiency < task.min_proficiency:
+        return (f"{user.email} holds {task.skill.slug} at {proficiency}, the task needs "
+                f"{task.min_proficiency}")
+    return None
 
 
 def eligibility_problem(*, user: User, task: Task) -> str | None:
     """Return why the user may not take the task, or None when they may."""
+    if not user.is_active:
+        return "Deactivated users take no tasks."
     if Role.WORKER not in user_roles(user=user):
         return "Only workers take tasks (a supervisor who also works needs the worker role)."
     proficiency = (
