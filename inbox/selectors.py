@@ -53,9 +53,12 @@ class Visibility:
             parts.append(Q(skill_id__in=sorted(self.whole_skills)))
         if self.queues is not None:
             parts.append(Q(assignee_id=self.user_id, state__in=HELD_STATES))
-            if self.queues:
-                parts.append(Q(assignee_id=self.user_id, skill_id__in=sorted(self.queues)))
-            for skill_id, proficiency in sorted(self.queues.items()):
+            # Skills seen whole need no narrower condition of their own.
+            queues = {skill_id: proficiency for skill_id, proficiency in self.queues.items()
+                      if skill_id not in self.whole_skills}
+            if queues:
+                parts.append(Q(assignee_id=self.user_id, skill_id__in=sorted(queues)))
+            for skill_id, proficiency in sorted(queues.items()):
                 parts.append(Q(skill_id=skill_id, state=TaskState.QUEUED,
                                min_proficiency__lte=proficiency))
         return functools.reduce(operator.or_, parts) if parts else None

@@ -8,6 +8,8 @@ access loses the tasks they hold, at once when an admin changes it, else at thei
 action.
 """
 
+import datetime
+
 import pytest
 from rest_framework.test import APIClient
 
@@ -22,7 +24,6 @@ from inbox.models import Outbox, Task, TaskEvent, TaskState
 from inbox.selectors import access_task, visible_tasks
 from inbox.services.access import worker_access_recheck
 from inbox.services.dispatcher import task_dispatch
-from inbox.services.supervisor import task_return
 from inbox.services.worker import task_accept, task_claim, task_complete, task_release
 
 APPROVE = {"decision": "approve"}
@@ -318,17 +319,10 @@ def test_accepting_an_offer_after_the_skill_went_is_refused_and_returns_it(
     _assert_returned(task, because="no longer holds document-check", actor=None)
 
 
-def test_a_supervisor_return_still_works_and_a_revoke_needs_the_holder_to_lack_access(
-    held, supervisor
-):
-    task_return(supervisor=supervisor, task_id=held.pk, reason="Needs a second look")
-    assert _fresh(held).state == TaskState.QUEUED
-
-
 # The Django admin changes skills through the audited services, then rechecks -----------------
 
 
-def test_removing_a_skill_in_the_user_admin_is_audited_and_returns_the_held_task(
+def test_deleting_a_skill_in_the_worker_skill_admin_is_audited_and_returns_the_held_task(
     held, ana, admin, browser_for
 ):
     from accounts.models import AuditEvent
@@ -395,3 +389,65 @@ def test_the_skill_admin_edits_peer_visibility(review_skill, admin, browser_for)
     response = client.post(f"/admin/accounts/skill/{review_skill.pk}/change/", data)
     assert response.status_code == 302, response.content.decode()[:3000]
     assert Skill.objects.get(pk=review_skill.pk).peer_visibility == PeerVisibility.TEAM
+
+
+def _admin_form_data(client, url: str) -> dict:
+    """Return the admin change form's fields as the page would post them back unchanged."""
+    form = client.get(url).context["adminform"].form
+    data = {}
+    for name, field in form.fields.items():
+        if field.disabled:
+            continue
+        value = form[name].value()
+        if isinstance(value, datetime.datetime):
+            data[f"{name}_0"], data[f"{name}_1"] = f"{value:%Y-%m-%d}", f"{value:%H:%M:%S}"
+        elif isinstance(value, bool):
+            if value:
+                data[name] = "on"
+        elif value is not None:
+            data[name] = value
+    return data
+
+
+def test_removing_a_skill_in_the_user_admins_inline_is_audited_and_returns_the_held_task(
+    held, ana, admin, browser_for
+):
+    from accounts.models import AuditEvent
+
+    link = WorkerSkill.objects.get(worker=ana)
+    client = browser_for(admin)
+    url = f"/admin/accounts/user/{ana.pk}/change/"
+    data = _admin_form_data(client, url)
+    data.update({
+        "worker_skills-TOTAL_FORMS": "1", "worker_skills-INITIAL_FORMS": "1",
+        "worker_skills-MIN_NUM_FORMS": "0", "worker_skills-MAX_NUM_FORMS": "1000",
+        "worker_skills-0-id": str(link.pk), "worker_skills-0-worker": str(ana.pk),
+        "worker_skills-0-skill": str(held.skill_id), "worker_skills-0-proficiency": "3",
+        "worker_skills-0-DELETE": "on", "_save": "Save"})
+    response = client.post(url, data)
+    assert response.status_code == 302, response.content.decode()[:3000]
+    assert not WorkerSkill.objects.filter(worker=ana).exists()
+    assert AuditEvent.objects.filter(action="skill_removed", subject=ana.email,
+                                     actor_id=admin.pk).exists()
+    _assert_returned(held, because="no longer holds invoice-review", actor=admin)
+
+
+def test_deactivating_a_worker_in_the_user_admin_returns_the_held_task(
+    held, ana, admin, browser_for
+):
+    link = WorkerSkill.objects.get(worker=ana)
+    client = browser_for(admin)
+    url = f"/admin/accounts/user/{ana.pk}/change/"
+    data = _admin_form_data(client, url)
+    data.pop("is_active", None)
+    data.update({
+        "worker_skills-TOTAL_FORMS": "1", "worker_skills-INITIAL_FORMS": "1",
+        "worker_skills-MIN_NUM_FORMS": "0", "worker_skills-MAX_NUM_FORMS": "1000",
+        "worker_skills-0-id": str(link.pk), "worker_skills-0-worker": str(ana.pk),
+        "worker_skills-0-skill": str(held.skill_id), "worker_skills-0-proficiency": "3",
+        "_save": "Save"})
+    response = client.post(url, data)
+    assert response.status_code == 302, response.content.decode()[:3000]
+    assert WorkerSkill.objects.filter(worker=ana).exists()
+    _assert_returned(held, because="is deactivated", actor=admin)
+

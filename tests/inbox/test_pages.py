@@ -6,6 +6,7 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
+from accounts.models import PeerVisibility, Skill
 from accounts.roles import Role
 from inbox.models import Outbox, Task, TaskState
 from inbox.services.dispatcher import task_dispatch
@@ -100,6 +101,8 @@ def test_a_task_you_may_not_see_is_404_for_every_page(make_task, make_worker, ap
 
 def test_others_see_a_held_task_read_only(make_task, worker, make_worker, make_user,
                                           browser_for):
+    """A colleague, where the skill opens its tasks to its team, and an admin."""
+    Skill.objects.filter(slug="invoice-review").update(peer_visibility=PeerVisibility.TEAM)
     make_task()
     task = task_take_next(worker=worker)
     colleague = make_worker({"invoice-review": 5})
@@ -473,7 +476,9 @@ def test_pages_use_a_bounded_number_of_queries_whatever_the_data(
 
     with django_assert_max_num_queries(8):
         home_large = queries_of(client, "/")
-    with django_assert_max_num_queries(8):
+    # The task page reads the viewer's current skills (what they may see) and, for its
+    # holder, their proficiency now (whether they may still act): one query each.
+    with django_assert_max_num_queries(9):
         task_large = queries_of(client, f"/tasks/{first.pk}/")
     assert (home_large, task_large) == (home_small, task_small)
 
