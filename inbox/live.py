@@ -126,7 +126,7 @@ class Audience:
 
 def audience_for(*, user: User) -> Audience:
     """Return the audience of a user: what inbox.selectors.visible_tasks lets them see."""
-    return Audience(visibility=visibility_for(user=user))
+    return Audience(visibility=visibility_for(user=user).loaded())
 
 
 class Recent:

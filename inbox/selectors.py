@@ -3,11 +3,11 @@
 import functools
 import operator
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from django.core.exceptions import ValidationError
-from django.db.models import Count, Min, Q, QuerySet
+from django.db.models import Count, Exists, Min, OuterRef, Q, QuerySet
 
 from accounts.models import PeerVisibility, User, WorkerSkill
 from accounts.roles import Role
@@ -22,10 +22,13 @@ Action = Literal["view", "manage"]
 
 @dataclass(frozen=True)
 class Visibility:
-    """Which tasks one user may see, read once from their roles and skills.
+    """Which tasks one user may see, by their current roles and skills.
 
-    The one description of the policy: visible_tasks filters tasks by it (``tasks``) and the
-    live stream's audience asks it about one task (``sees``), so the two cannot drift.
+    The one description of the policy, in two forms side by side: ``tasks`` is the SQL
+    condition every read filters by (visible_tasks, access_task; the skills as subqueries,
+    so a read costs one query), ``sees`` the same rules asked of one task in Python, over
+    the skills read once (``loaded``), for the live stream's audience. A test walks users
+    and tasks of every kind and checks that both agree.
 
     - an admin sees every task;
     - a supervisor sees every task of the skills they hold (what they supervise);
@@ -39,73 +42,83 @@ class Visibility:
 
     user_id: int | None
     everything: bool = False
-    # Skills every task of which the user sees: supervised, or a "team" skill worked.
-    whole_skills: frozenset[int] = frozenset()
-    # The worker's skills and proficiency: {skill id: proficiency}. None: not a worker.
-    queues: Mapping[int, int] | None = None
-    # Skills whose tasks the user manages (a supervisor holding them).
-    supervised: frozenset[int] = frozenset()
+    supervisor: bool = False
+    worker: bool = False
+    # {skill id: (proficiency, peer visibility)}, read by loaded(); None until then.
+    skills: Mapping[int, tuple[int, str]] | None = None
 
     def tasks(self) -> Q | None:
         """Return the condition on Task of what the user sees (None: nothing)."""
+        held = WorkerSkill.objects.filter(worker_id=self.user_id).values("skill_id")
         parts = []
-        if self.whole_skills:
-            parts.append(Q(skill_id__in=sorted(self.whole_skills)))
-        if self.queues is not None:
+        if self.supervisor:
+            parts.append(Q(skill_id__in=held))
+        if self.worker:
             parts.append(Q(assignee_id=self.user_id, state__in=HELD_STATES))
-            # Skills seen whole need no narrower condition of their own.
-            queues = {skill_id: proficiency for skill_id, proficiency in self.queues.items()
-                      if skill_id not in self.whole_skills}
-            if queues:
-                parts.append(Q(assignee_id=self.user_id, skill_id__in=sorted(queues)))
-            for skill_id, proficiency in sorted(queues.items()):
-                parts.append(Q(skill_id=skill_id, state=TaskState.QUEUED,
-                               min_proficiency__lte=proficiency))
+        if self.worker and not self.supervisor:  # a supervisor sees all of these already
+            parts += [
+                Q(skill_id__in=held.filter(skill__peer_visibility=PeerVisibility.TEAM)),
+                Q(assignee_id=self.user_id, skill_id__in=held),
+                Q(Exists(WorkerSkill.objects.filter(
+                    worker_id=self.user_id, skill_id=OuterRef("skill_id"),
+                    proficiency__gte=OuterRef("min_proficiency"))), state=TaskState.QUEUED),
+            ]
         return functools.reduce(operator.or_, parts) if parts else None
+
+    def managed(self) -> Q | None:
+        """Return the condition on Task of what the user manages (None: nothing)."""
+        if self.everything:
+            return Q()
+        if self.supervisor:
+            return Q(skill_id__in=WorkerSkill.objects.filter(worker_id=self.user_id)
+                     .values("skill_id"))
+        return None
+
+    def loaded(self) -> "Visibility":
+        """Return this visibility with the user's skills read, as sees() needs them."""
+        links = WorkerSkill.objects.filter(worker_id=self.user_id).values_list(
+            "skill_id", "proficiency", "skill__peer_visibility")
+        return replace(self, skills={skill_id: (proficiency, seen)
+                                     for skill_id, proficiency, seen in links})
 
     def sees(self, *, skill_id: int, min_proficiency: int, state: str,
              assignee_id: int | None) -> bool:
-        """Return whether the user sees a task with these attributes (what tasks() says)."""
-        if self.everything or skill_id in self.whole_skills:
+        """Return whether the user sees a task with these attributes (as tasks() says)."""
+        if self.everything:
             return True
-        if self.queues is None:
+        if self.skills is None:
+            raise RuntimeError("Visibility.sees needs the user's skills: call loaded().")
+        link = self.skills.get(skill_id)
+        if self.supervisor and link is not None:
+            return True
+        if not self.worker:
             return False
-        if assignee_id is not None and assignee_id == self.user_id and (
-                state in HELD_STATES or skill_id in self.queues):
+        mine = assignee_id is not None and assignee_id == self.user_id
+        if mine and state in HELD_STATES:
             return True
-        proficiency = self.queues.get(skill_id)
-        return (state == TaskState.QUEUED and proficiency is not None
-                and min_proficiency <= proficiency)
-
-    def supervises(self, *, skill_id: int) -> bool:
-        """Return whether the user may manage tasks of the skill (supervisor or admin)."""
-        return self.everything or skill_id in self.supervised
+        if link is None:
+            return False
+        proficiency, seen = link
+        return (seen == PeerVisibility.TEAM or mine
+                or (state == TaskState.QUEUED and min_proficiency <= proficiency))
 
 
 def visibility_for(*, user: User) -> Visibility:
-    """Return what the user may see now: their current roles, skills and proficiency."""
+    """Return what the user may see now: their current roles (skills are read by the SQL)."""
     roles = user_roles(user=user) if user.is_active else set()
-    if Role.ADMIN in roles:
-        return Visibility(user_id=user.pk, everything=True)
-    if not roles:
-        return Visibility(user_id=user.pk)
-    links = list(WorkerSkill.objects.filter(worker=user)
-                 .values_list("skill_id", "proficiency", "skill__peer_visibility"))
-    held = frozenset(skill_id for skill_id, _, _ in links)
-    supervised = held if Role.SUPERVISOR in roles else frozenset()
-    if Role.WORKER not in roles:
-        return Visibility(user_id=user.pk, whole_skills=supervised, supervised=supervised)
-    team = frozenset(skill_id for skill_id, _, seen in links if seen == PeerVisibility.TEAM)
-    return Visibility(user_id=user.pk, whole_skills=supervised | team, supervised=supervised,
-                      queues={skill_id: proficiency for skill_id, proficiency, _ in links})
+    return Visibility(user_id=user.pk, everything=Role.ADMIN in roles,
+                      supervisor=Role.SUPERVISOR in roles, worker=Role.WORKER in roles)
 
 
 def visible_tasks(*, user: User) -> QuerySet[Task]:
     """Return the tasks the user may see (the policy: Visibility)."""
-    visibility = visibility_for(user=user)
+    return _filtered(visibility_for(user=user), view=True)
+
+
+def _filtered(visibility: Visibility, *, view: bool) -> QuerySet[Task]:
     if visibility.everything:
         return Task.objects.all()
-    condition = visibility.tasks()
+    condition = visibility.tasks() if view else visibility.managed()
     return Task.objects.filter(condition) if condition is not None else Task.objects.none()
 
 
@@ -115,18 +128,16 @@ def access_task(*, user: User, task_id: object, action: Action = "view") -> Task
     Permission only: a task the user may not see is NotFound (404), never a hint that it
     exists. Whether they may act on it now (hold it, its state, still eligible) is the
     transition's rule (inbox.lifecycle: a Conflict, 409). Manage: an admin, or a
-    supervisor of the task's skill.
+    supervisor of the task's skill (every task they manage they also see).
     """
     if action not in ("view", "manage"):
         raise ValueError(f"unknown action {action!r}")
+    tasks = _filtered(visibility_for(user=user), view=action == "view")
     try:
-        task = visible_tasks(user=user).select_related("skill", "assignee").get(pk=task_id)
+        return tasks.select_related("skill", "assignee").get(pk=task_id)
     except (Task.DoesNotExist, ValidationError, ValueError, TypeError):
         # A malformed id is as unknown as a missing one.
         raise NotFound("No such task.") from None
-    if action == "manage" and not visibility_for(user=user).supervises(skill_id=task.skill_id):
-        raise NotFound("No such task.")
-    return task
 
 
 def hold_problem(*, user: User, task: Task) -> str | None:

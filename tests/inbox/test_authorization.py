@@ -144,6 +144,48 @@ def test_a_user_without_a_role_or_deactivated_sees_nothing(held, ana, make_user)
     assert not visible_tasks(user=ana).exists()
 
 
+def test_the_sql_policy_and_the_live_streams_agree_on_every_user_and_task(
+    make_task, make_worker, make_user, approval_skill, check_skill, admin
+):
+    """visible_tasks (SQL) and Visibility.sees (the live audience) are the same policy."""
+    Skill.objects.filter(slug="finance-approval").update(peer_visibility=PeerVisibility.TEAM)
+    ana = make_worker({"invoice-review": 3, "finance-approval": 2}, email="ana@example.com")
+    bea = make_worker({"invoice-review": 5}, email="bea@example.com")
+    boss = make_worker({"invoice-review": 3}, roles=(Role.SUPERVISOR,))
+    both = make_worker({"finance-approval": 1}, roles=(Role.SUPERVISOR, Role.WORKER))
+    nobody = make_user(roles=())
+    gone = make_worker({"invoice-review": 5})
+    gone.is_active = False
+    gone.save(update_fields=["is_active"])
+    tasks = [make_task(minProficiency=level) for level in (1, 3, 4)]
+    tasks += [make_task(skill="finance-approval", minProficiency=level) for level in (1, 3)]
+    tasks.append(make_task(skill="document-check"))
+    task_claim(worker=ana, task_id=tasks[0].pk)
+    task_claim(worker=bea, task_id=tasks[2].pk)
+    task_complete(worker=bea, task_id=task_claim(worker=bea, task_id=tasks[1].pk).pk,
+                  answer=APPROVE)
+    task_claim(worker=ana, task_id=tasks[3].pk)
+    held_elsewhere = make_task(skill="finance-approval")
+    task_claim(worker=ana, task_id=held_elsewhere.pk)
+    Skill.objects.filter(slug="finance-approval").update(peer_visibility=PeerVisibility.OWN)
+    WorkerSkill.objects.filter(worker=ana, skill__slug="finance-approval").delete()
+    Skill.objects.filter(slug="finance-approval").update(peer_visibility=PeerVisibility.TEAM)
+
+    seen_by_someone = set()
+    for user in (ana, bea, boss, both, nobody, gone, admin):
+        user = type(user).objects.get(pk=user.pk)
+        visible = set(visible_tasks(user=user).values_list("pk", flat=True))
+        visibility = live.audience_for(user=user).visibility
+        for task in Task.objects.all():
+            sees = visibility.sees(skill_id=task.skill_id, min_proficiency=task.min_proficiency,
+                                   state=task.state, assignee_id=task.assignee_id)
+            assert sees == (task.pk in visible), (user.email, task.state, task.skill_id)
+        seen_by_someone |= visible
+        if user in (nobody, gone):
+            assert visible == set()
+    assert seen_by_someone == set(Task.objects.values_list("pk", flat=True))
+
+
 # Visibility: team ---------------------------------------------------------------------------
 
 

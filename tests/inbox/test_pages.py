@@ -476,9 +476,7 @@ def test_pages_use_a_bounded_number_of_queries_whatever_the_data(
 
     with django_assert_max_num_queries(8):
         home_large = queries_of(client, "/")
-    # The task page reads the viewer's current skills (what they may see) and, for its
-    # holder, their proficiency now (whether they may still act): one query each.
-    with django_assert_max_num_queries(9):
+    with django_assert_max_num_queries(8):
         task_large = queries_of(client, f"/tasks/{first.pk}/")
     assert (home_large, task_large) == (home_small, task_small)
 
