@@ -63,9 +63,9 @@ class AccessLost(Conflict):
 
     code = "access_lost"
 
-    def __init__(self, problem: str) -> None:
-        super().__init__(f"You may no longer work on this task: {problem}. It goes back to "
-                         "its queue.")
+    def __init__(self, problem: str, *, returned: bool = False) -> None:
+        then = " It went back to its queue." if returned else ""
+        super().__init__(f"You may no longer work on this task: {problem}.{then}")
         self.problem = problem
 
 

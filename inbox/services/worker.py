@@ -153,9 +153,10 @@ def _as_holder(task: Task, *, action: str, worker: User, **arguments: Any) -> Ta
     """Apply a holder's row; a task the worker may no longer hold goes back to its queue."""
     try:
         return transition(task_id=task.pk, action=action, actor=worker, **arguments)
-    except AccessLost:
+    except AccessLost as exc:
         # The refused transaction rolled back: the return is a transaction of its own.
-        task_revoke(task_id=task.pk, worker=worker)
+        if task_revoke(task_id=task.pk, worker=worker):
+            raise AccessLost(exc.problem, returned=True) from None
         raise
 
 

@@ -317,7 +317,9 @@ def test_completing_through_the_api_after_the_skill_went_unnoticed_is_refused_an
 
     assert response.status_code == 409
     assert response.json()["code"] == "access_lost"
-    assert "no longer holds invoice-review" in response.json()["detail"]
+    assert response.json()["detail"] == (
+        "You may no longer work on this task: ana@example.com no longer holds invoice-review. "
+        "It went back to its queue.")
     _assert_returned(held, because="no longer holds invoice-review", actor=None)
     assert _last_event(held).actor_label == "access"
     assert _fresh(held).answer is None
