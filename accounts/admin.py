@@ -1,3 +1,5 @@
+from typing import Any
+
 from allauth.account.forms import ResetPasswordForm
 from django.contrib import admin, messages
 from django.contrib.auth.admin import UserAdmin as BaseUserAdmin
@@ -5,9 +7,58 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 from knox.models import AuthToken as KnoxAuthToken
 
+from accounts import services
 from accounts.api_tokens import api_token_revoke
 from accounts.models import ApiToken, Skill, User, WorkerSkill
 from config.errors import NotFound
+
+
+class WorkerSkillsThroughServices:
+    """Save a WorkerSkill inline through accounts.services (audited), then recheck access.
+
+    Each grant, change and removal is worker_skill_set or worker_skill_remove with the
+    admin as actor; afterwards every worker concerned gets inbox.services.access
+    .worker_access_recheck, which returns the tasks they may no longer hold. It runs in the
+    admin's transaction (changeform_view's atomic): the skill change and the tasks it
+    returns commit together or not at all; their effects (offers) run after commit.
+    """
+
+    def save_formset(self, request: HttpRequest, form: Any, formset: Any,
+                     change: bool) -> None:
+        if formset.model is not WorkerSkill:
+            super().save_formset(request, form, formset, change)  # type: ignore[misc]
+            return
+        links = formset.save(commit=False)
+        touched: dict[int, User] = {}
+        for link, fields in formset.changed_objects:
+            if {"worker", "skill"} & set(fields):
+                # Another worker or skill is another grant: the one it replaces goes.
+                before = WorkerSkill.objects.select_related("worker", "skill").get(pk=link.pk)
+                services.worker_skill_remove(worker=before.worker, skill=before.skill,
+                                             actor=request.user, request=request)
+                touched[before.worker_id] = before.worker
+        for link in formset.deleted_objects:
+            services.worker_skill_remove(worker=link.worker, skill=link.skill,
+                                         actor=request.user, request=request)
+            touched[link.worker_id] = link.worker
+        for link in links:
+            services.worker_skill_set(worker=link.worker, skill=link.skill,
+                                      proficiency=link.proficiency, actor=request.user,
+                                      request=request)
+            touched[link.worker_id] = link.worker
+        for worker in touched.values():
+            access_recheck(request, worker)
+
+
+def access_recheck(request: HttpRequest, worker: User) -> list[Any]:
+    """Return to their queues the tasks worker may no longer hold; say so to the admin."""
+    from inbox.services.access import worker_access_recheck
+
+    returned = worker_access_recheck(worker=worker, actor=request.user)
+    if returned:
+        messages.info(request, f"{len(returned)} held task(s) of {worker.email} went back "
+                               "to their queues: they may no longer hold them.")
+    return returned
 
 
 class WorkerSkillInline(admin.TabularInline):
@@ -25,7 +76,7 @@ class SkillWorkerInline(admin.TabularInline):
 
 
 @admin.register(User)
-class UserAdmin(BaseUserAdmin):
+class UserAdmin(WorkerSkillsThroughServices, BaseUserAdmin):
     ordering = ["email"]
     list_display = ["email", "first_name", "last_name", "availability", "capacity", "is_active"]
     list_filter = ["availability", "is_active", "is_staff", "groups"]
@@ -49,6 +100,20 @@ class UserAdmin(BaseUserAdmin):
         ),
     )
 
+    def save_formset(self, request: HttpRequest, form: Any, formset: Any,
+                     change: bool) -> None:
+        super().save_formset(request, form, formset, change)
+        if formset.model is WorkerSkill:
+            self.access_recheck_after_save(request, form.instance)
+
+    def access_recheck_after_save(self, request: HttpRequest, user: User) -> None:
+        """Return the tasks the user may no longer hold once this save is made.
+
+        Called after the skills inline is saved, which Django does after the user's fields
+        (is_active) and groups (roles): it sees all of this save's changes.
+        """
+        access_recheck(request, user)
+
     @admin.action(description="Send an invitation (a link to set a password)")
     def send_invitation(self, request: HttpRequest, queryset: QuerySet[User]) -> None:
         sent = 0
@@ -61,21 +126,46 @@ class UserAdmin(BaseUserAdmin):
 
 
 @admin.register(Skill)
-class SkillAdmin(admin.ModelAdmin):
-    list_display = ["slug", "name", "dispatch"]
-    list_filter = ["dispatch"]
+class SkillAdmin(WorkerSkillsThroughServices, admin.ModelAdmin):
+    list_display = ["slug", "name", "dispatch", "peer_visibility"]
+    list_filter = ["dispatch", "peer_visibility"]
     search_fields = ["slug", "name"]
     prepopulated_fields = {"slug": ["name"]}
+    fields = ["slug", "name", "description", "dispatch", "peer_visibility"]
     inlines = [SkillWorkerInline]
 
 
 @admin.register(WorkerSkill)
 class WorkerSkillAdmin(admin.ModelAdmin):
+    """Skills held, editable one by one and in the list; every write is a service call."""
+
     list_display = ["worker", "skill", "proficiency", "granted_at"]
     list_filter = ["skill", "proficiency"]
     list_editable = ["proficiency"]
     search_fields = ["worker__email", "skill__slug"]
     autocomplete_fields = ["worker", "skill"]
+
+    def get_readonly_fields(self, request: HttpRequest, obj: WorkerSkill | None = None
+                            ) -> list[str]:
+        # Another worker or skill is another grant: remove this one and add that one.
+        return ["worker", "skill"] if obj is not None else []
+
+    def save_model(self, request: HttpRequest, obj: WorkerSkill, form: Any,
+                   change: bool) -> None:
+        saved = services.worker_skill_set(worker=obj.worker, skill=obj.skill,
+                                          proficiency=obj.proficiency, actor=request.user,
+                                          request=request)
+        obj.pk = saved.pk  # the admin's log and redirect name the row the service wrote
+        access_recheck(request, obj.worker)
+
+    def delete_model(self, request: HttpRequest, obj: WorkerSkill) -> None:
+        services.worker_skill_remove(worker=obj.worker, skill=obj.skill, actor=request.user,
+                                     request=request)
+        access_recheck(request, obj.worker)
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[WorkerSkill]) -> None:
+        for link in queryset.select_related("worker", "skill"):
+            self.delete_model(request, link)
 
 
 # knox registers its own token model, which KNOX_TOKEN_MODEL replaces with ApiToken.

@@ -83,6 +83,11 @@ class Dispatch(models.TextChoices):
     PUSH = "push", "Push: each task is offered to one worker at a time"
 
 
+class PeerVisibility(models.TextChoices):
+    OWN = "own", "Own: a worker sees what they may take, hold or held"
+    TEAM = "team", "Team: every worker of the skill sees all its tasks, read-only"
+
+
 class Skill(models.Model):
     """A kind of work and its queue; every task needs exactly one skill."""
 
@@ -90,6 +95,10 @@ class Skill(models.Model):
     name = models.CharField(max_length=120)
     description = models.TextField(blank=True)
     dispatch = models.CharField(max_length=8, choices=Dispatch.choices, default=Dispatch.PULL)
+    peer_visibility = models.CharField(
+        max_length=8, choices=PeerVisibility.choices, default=PeerVisibility.OWN,
+        help_text="Which of the skill's tasks its workers see (supervisors see them all).",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

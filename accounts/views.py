@@ -2,7 +2,8 @@
 
 Only admins see it; to anyone else it does not exist (404). Each edit calls the services
 of accounts (worker_skill_set, worker_skill_remove, worker_set_availability,
-worker_set_capacity); every POST goes through Django's CSRF check. The other team pages
+worker_set_capacity), then returns the tasks a worker may no longer hold
+(inbox.services.access); every POST goes through Django's CSRF check. The other team pages
 are their apps': intake errors in inbox.views_intake, processes in processes.views.
 """
 
@@ -21,6 +22,7 @@ from accounts.decorators import admin_only
 from accounts.forms import CAPACITY_MAX, PROFICIENCIES, WorkerRowForm, skill_field
 from accounts.models import Availability, Skill, User
 from accounts.selectors import team_proficiencies, team_workers
+from inbox.services.access import worker_access_recheck
 
 PAGE_SIZE = 100
 
@@ -165,6 +167,12 @@ def worker_save(request: HttpRequest, worker_id: int) -> HttpResponse:
         messages.success(request, f"Saved {worker.email}: {', '.join(changes)}.")
     else:
         messages.info(request, f"Nothing changed for {worker.email}.")
+    # After the commit: the tasks the new skills no longer allow go back to their queues,
+    # each in a transaction of its own (a task decided meanwhile is left as it is).
+    returned = worker_access_recheck(worker=worker, actor=request.user)
+    if returned:
+        messages.info(request, f"{len(returned)} held task(s) of {worker.email} went back to "
+                               "their queues: the skills saved no longer allow them.")
 
     query = {"worker": worker.pk, "field": request.POST.get("focus") or "save"}
     if after:

@@ -11,6 +11,8 @@ way. Nothing else in the code assigns ``Task.state``.
 
 The services (inbox/services/) decide who may act (access, eligibility, capacity) and
 call ``transition`` with an action's name; a state rule broken here is a Conflict (409).
+A worker's row (``eligible``) also re-checks, under the row lock, that the actor may
+still hold the task (their current role, skill and proficiency: AccessLost, 409).
 """
 
 import datetime
@@ -29,6 +31,7 @@ from inbox.effects import Effect
 from inbox.history import event_append
 from inbox.models import (
     CLOSED_STATES,
+    HELD_STATES,
     OPEN_STATES,
     SENDING_STATES,
     Outbox,
@@ -39,6 +42,7 @@ from inbox.models import (
     TaskPass,
     TaskState,
 )
+from inbox.selectors import hold_problem
 from processes.contract import REJECTED_ERROR, TIMED_OUT_ERROR
 
 CAUSE_MAX_CHARS = 32_768
@@ -52,6 +56,17 @@ class IllegalTransition(Conflict):
 
 class StaleVersion(Conflict):
     code = "stale_version"
+
+
+class AccessLost(Conflict):
+    """The actor may no longer hold the task (a skill, proficiency or role taken away)."""
+
+    code = "access_lost"
+
+    def __init__(self, problem: str, *, returned: bool = False) -> None:
+        then = " It went back to its queue." if returned else ""
+        super().__init__(f"You may no longer work on this task: {problem}.{then}")
+        self.problem = problem
 
 
 @dataclass(frozen=True)
@@ -94,6 +109,8 @@ class Transition:
     holder: str = ""
     # Set: a blank reason is refused with this.
     needs_reason: str = ""
+    # Set: the actor must still be allowed to hold the task (inbox.selectors.hold_problem).
+    eligible: bool = False
     callback: Callable[[Task, Step], Callback] | None = None
     effects: tuple[Effect, ...] = field(default=())
 
@@ -143,6 +160,13 @@ def _to_queue(task: Task, step: Step) -> dict[str, Any]:
     task.offer_deadline = None
     task.work_deadline = None
     return {}
+
+
+def _revoked(task: Task, step: Step) -> dict[str, Any]:
+    """Nobody holds it: its holder may no longer (access taken away); no clock of theirs runs."""
+    holder = task.assignee
+    _to_queue(task, step)
+    return {"worker": holder.email}
 
 
 def _declined(task: Task, step: Step) -> dict[str, Any]:
@@ -260,6 +284,7 @@ SUPERVISOR_REASON = "Say why: every supervisor action is recorded with its reaso
 CLOCK, DISPATCHER, CALLBACKS = "clock", "dispatch", "callbacks"
 QUEUED, OFFERED, WORKING = TaskState.QUEUED, TaskState.OFFERED, TaskState.IN_PROGRESS
 OPEN = tuple(OPEN_STATES)
+HELD = tuple(HELD_STATES)
 
 TRANSITIONS: dict[str, Transition] = {row.action: row for row in [
     # Intake: a new task enters its queue (task_receive applies this row).
@@ -267,18 +292,22 @@ TRANSITIONS: dict[str, Transition] = {row.action: row for row in [
     # Dispatch and the worker's hold on a task.
     Transition("offer", (QUEUED,), OFFERED, _offer, system=DISPATCHER,
                effects=(Effect.NOTIFY_OFFERED,)),
-    Transition("accept", (OFFERED,), WORKING, _hold, holder=NOT_YOURS),
-    Transition("take_next", (QUEUED,), WORKING, _hold),
-    Transition("claim", (QUEUED,), WORKING, _hold),
+    Transition("accept", (OFFERED,), WORKING, _hold, holder=NOT_YOURS, eligible=True),
+    Transition("take_next", (QUEUED,), WORKING, _hold, eligible=True),
+    Transition("claim", (QUEUED,), WORKING, _hold, eligible=True),
     Transition("decline", (OFFERED,), QUEUED, _declined, holder=NOT_YOURS,
                needs_reason="Say why you decline.", effects=(Effect.DISPATCH,)),
     Transition("release", (WORKING,), QUEUED, _to_queue, holder=NOT_HELD,
                effects=(Effect.DISPATCH,)),
     # The worker's decision.
     Transition("complete", (WORKING,), TaskState.COMPLETING, _answered, holder=NOT_HELD,
-               callback=_success),
+               eligible=True, callback=_success),
     Transition("reject", (WORKING,), TaskState.REJECTING, _rejected, holder=NOT_HELD,
-               needs_reason="Say why you reject the task.", callback=_rejection),
+               needs_reason="Say why you reject the task.", eligible=True,
+               callback=_rejection),
+    # The holder lost the access the task needs (inbox.services.access).
+    Transition("revoke", HELD, QUEUED, _revoked, system="access",
+               effects=(Effect.DISPATCH,)),
     # The clocks.
     Transition("offer_timeout", (OFFERED,), QUEUED, _lapsed, system=CLOCK,
                effects=(Effect.DISPATCH,)),
@@ -349,8 +378,11 @@ def _apply(row: Transition, *, task_id: Any, actor: User | None, system: str,
         if refusal is not None:
             raise refusal
         step = Step(actor=actor, now=timezone.now(), reason=reason, params=params)
-        from_state = task.state
+        from_state, holder_before = task.state, task.assignee_id
         data = row.change(task, step)
+        if holder_before is not None and task.assignee_id != holder_before:
+            # Whom the task was taken from: the live stream tells them it went.
+            data = {**data, "holder_before": holder_before}
         task.state = row.target_from(from_state)
         task.version += 1
         task.save()
@@ -371,13 +403,20 @@ def _apply(row: Transition, *, task_id: Any, actor: User | None, system: str,
 
 
 def _refusal(row: Transition, *, task: Task, actor: User | None) -> Conflict | None:
-    """Return what refuses the row on the task as read (holder first, then state), or None."""
+    """Return what refuses the row on the task as read, or None.
+
+    Holder first, then state, then (a worker's row) whether the actor may still hold it.
+    """
     if row.holder and (actor is None or task.assignee_id != actor.pk):
         return Conflict(row.holder)
     if task.state not in row.sources:
         return IllegalTransition(
             f"Cannot {row.action.replace('_', ' ')} a task that is "
             f"{task.get_state_display().lower()}.")
+    if row.eligible:
+        problem = hold_problem(user=actor, task=task) if actor is not None else "nobody acts"
+        if problem is not None:
+            return AccessLost(problem)
     return None
 
 

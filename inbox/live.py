@@ -27,10 +27,9 @@ from asgiref.sync import sync_to_async
 from django.db import connection
 from django.urls import reverse
 
-from accounts.models import User, WorkerSkill
-from accounts.roles import Role
-from accounts.selectors import user_roles
+from accounts.models import User
 from inbox.models import TaskEvent
+from inbox.selectors import Visibility, visibility_for
 
 logger = logging.getLogger(__name__)
 
@@ -58,9 +57,13 @@ class Signal:
     skill: str
     process: str
     stage: str
-    # For routing only, never sent: whom the task concerns.
+    # For routing only, never sent: whom the task concerns (inbox.selectors.Visibility),
+    # now and before this change.
     skill_id: int
     assignee_id: int | None
+    min_proficiency: int = 1
+    from_state: str = ""
+    holder_before: int | None = None
 
     def as_json(self) -> dict[str, Any]:
         return {"task": self.task, "version": self.version, "action": self.action,
@@ -69,7 +72,8 @@ class Signal:
 
 
 _FIELDS = ("id", "task_id", "version", "action", "to_state", "task__skill__slug",
-           "task__process_name", "task__stage", "task__skill_id", "task__assignee_id")
+           "task__process_name", "task__stage", "task__skill_id", "task__assignee_id",
+           "task__min_proficiency", "from_state", "data__holder_before")
 
 
 def signals_after(event_id: int, *, limit: int = READ_LIMIT) -> list[Signal]:
@@ -78,9 +82,10 @@ def signals_after(event_id: int, *, limit: int = READ_LIMIT) -> list[Signal]:
             .values_list(*_FIELDS)[:limit])
     return [Signal(event=pk, task=str(task), version=version, action=action, state=state,
                    skill=skill, process=process, stage=stage, skill_id=skill_id,
-                   assignee_id=assignee_id)
-            for pk, task, version, action, state, skill, process, stage, skill_id, assignee_id
-            in rows]
+                   assignee_id=assignee_id, min_proficiency=min_proficiency,
+                   from_state=from_state, holder_before=holder_before)
+            for (pk, task, version, action, state, skill, process, stage, skill_id, assignee_id,
+                 min_proficiency, from_state, holder_before) in rows]
 
 
 def latest_event_id() -> int:
@@ -99,26 +104,29 @@ def live_url() -> str:
 
 @dataclasses.dataclass(frozen=True)
 class Audience:
-    """Whose signals a connection gets: the user's skills', or all for an admin."""
+    """Whose signals a connection gets: what its user may see (inbox.selectors.Visibility).
 
-    user_id: int
-    skill_ids: frozenset[int]
-    everything: bool
+    A signal is wanted when the user sees the task as the change left it, or saw it as it
+    was before (their queued task taken by a peer, their held task taken away), so a page
+    hears that what it shows changed and nothing about tasks it may not show.
+    """
+
+    visibility: Visibility
 
     def wants(self, signal: Signal) -> bool:
-        return (self.everything or signal.skill_id in self.skill_ids
-                or signal.assignee_id == self.user_id)
+        after = self.visibility.sees(skill_id=signal.skill_id,
+                                     min_proficiency=signal.min_proficiency,
+                                     state=signal.state, assignee_id=signal.assignee_id)
+        return after or self.visibility.sees(
+            skill_id=signal.skill_id, min_proficiency=signal.min_proficiency,
+            state=signal.from_state,
+            assignee_id=(signal.holder_before if signal.holder_before is not None
+                         else signal.assignee_id))
 
 
 def audience_for(*, user: User) -> Audience:
     """Return the audience of a user: what inbox.selectors.visible_tasks lets them see."""
-    roles = user_roles(user=user)
-    return Audience(
-        user_id=user.pk,
-        skill_ids=frozenset(WorkerSkill.objects.filter(worker=user)
-                            .values_list("skill_id", flat=True)) if roles else frozenset(),
-        everything=Role.ADMIN in roles,
-    )
+    return Audience(visibility=visibility_for(user=user).loaded())
 
 
 class Recent:

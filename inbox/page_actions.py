@@ -14,6 +14,7 @@ from django.shortcuts import redirect
 from django.views.decorators.http import require_http_methods
 
 from config.errors import InboxError, NotFound
+from inbox.lifecycle import AccessLost
 from inbox.models import Task
 
 Perform = Callable[[HttpRequest, Any], "Task | HttpResponse"]
@@ -80,6 +81,10 @@ def task_action(perform: Perform, *, done: str = "", then: Then = to_task,
             outcome = perform(request, task_id)
         except NotFound:
             raise Http404("No such task.") from None
+        except AccessLost as exc:
+            # The task went back to its queue; its page may be one the user no longer sees.
+            messages.error(request, exc.message)
+            return redirect("inbox:home")
         except InboxError as exc:
             return refused(request, task_id, exc)
         if isinstance(outcome, HttpResponse):

@@ -1,11 +1,15 @@
 """Reads of tasks, and the one selector that decides who may see or act on a task."""
 
+import functools
+import operator
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from django.core.exceptions import ValidationError
-from django.db.models import Count, Min, Q, QuerySet
+from django.db.models import Count, Exists, Min, OuterRef, Q, QuerySet
 
-from accounts.models import User, WorkerSkill
+from accounts.models import PeerVisibility, User, WorkerSkill
 from accounts.roles import Role
 from accounts.selectors import user_roles
 from config.errors import Conflict, InboxError, NotFound
@@ -16,41 +20,154 @@ from processes.selectors import form_for
 Action = Literal["view", "manage"]
 
 
+@dataclass(frozen=True)
+class Visibility:
+    """Which tasks one user may see, by their current roles and skills.
+
+    The one description of the policy, in two forms side by side: ``tasks`` is the SQL
+    condition every read filters by (visible_tasks, access_task; the skills as subqueries,
+    so a read costs one query), ``sees`` the same rules asked of one task in Python, over
+    the skills read once (``loaded``), for the live stream's audience. A test walks users
+    and tasks of every kind and checks that both agree.
+
+    - an admin sees every task;
+    - a supervisor sees every task of the skills they hold (what they supervise);
+    - a worker sees the queued tasks of their skills at or below their proficiency (what
+      they may take), the tasks they hold now, and the tasks they decided (a decided task
+      keeps its assignee) of skills they still hold; of a skill whose peer_visibility is
+      "team", every task, read-only. A task given back (released, declined, timed out,
+      returned) is no longer theirs: they see it again only as anyone in its queue does.
+    - an inactive user, or one without a role, sees nothing.
+    """
+
+    user_id: int | None
+    everything: bool = False
+    supervisor: bool = False
+    worker: bool = False
+    # {skill id: (proficiency, peer visibility)}, read by loaded(); None until then.
+    skills: Mapping[int, tuple[int, str]] | None = None
+
+    def tasks(self) -> Q | None:
+        """Return the condition on Task of what the user sees (None: nothing)."""
+        held = WorkerSkill.objects.filter(worker_id=self.user_id).values("skill_id")
+        parts = []
+        if self.supervisor:
+            parts.append(Q(skill_id__in=held))
+        if self.worker:
+            parts.append(Q(assignee_id=self.user_id, state__in=HELD_STATES))
+        if self.worker and not self.supervisor:  # a supervisor sees all of these already
+            parts += [
+                Q(skill_id__in=held.filter(skill__peer_visibility=PeerVisibility.TEAM)),
+                Q(assignee_id=self.user_id, skill_id__in=held),
+                Q(Exists(WorkerSkill.objects.filter(
+                    worker_id=self.user_id, skill_id=OuterRef("skill_id"),
+                    proficiency__gte=OuterRef("min_proficiency"))), state=TaskState.QUEUED),
+            ]
+        return functools.reduce(operator.or_, parts) if parts else None
+
+    def managed(self) -> Q | None:
+        """Return the condition on Task of what the user manages (None: nothing)."""
+        if self.everything:
+            return Q()
+        if self.supervisor:
+            return Q(skill_id__in=WorkerSkill.objects.filter(worker_id=self.user_id)
+                     .values("skill_id"))
+        return None
+
+    def loaded(self) -> "Visibility":
+        """Return this visibility with the user's skills read, as sees() needs them."""
+        links = WorkerSkill.objects.filter(worker_id=self.user_id).values_list(
+            "skill_id", "proficiency", "skill__peer_visibility")
+        return replace(self, skills={skill_id: (proficiency, seen)
+                                     for skill_id, proficiency, seen in links})
+
+    def sees(self, *, skill_id: int, min_proficiency: int, state: str,
+             assignee_id: int | None) -> bool:
+        """Return whether the user sees a task with these attributes (as tasks() says)."""
+        if self.everything:
+            return True
+        if self.skills is None:
+            raise RuntimeError("Visibility.sees needs the user's skills: call loaded().")
+        link = self.skills.get(skill_id)
+        if self.supervisor and link is not None:
+            return True
+        if not self.worker:
+            return False
+        mine = assignee_id is not None and assignee_id == self.user_id
+        if mine and state in HELD_STATES:
+            return True
+        if link is None:
+            return False
+        proficiency, seen = link
+        return (seen == PeerVisibility.TEAM or mine
+                or (state == TaskState.QUEUED and min_proficiency <= proficiency))
+
+
+def visibility_for(*, user: User) -> Visibility:
+    """Return what the user may see now: their current roles (skills are read by the SQL)."""
+    roles = user_roles(user=user) if user.is_active else set()
+    return Visibility(user_id=user.pk, everything=Role.ADMIN in roles,
+                      supervisor=Role.SUPERVISOR in roles, worker=Role.WORKER in roles)
+
+
 def visible_tasks(*, user: User) -> QuerySet[Task]:
-    """Return the tasks the user may see: admins all, others those of skills they hold."""
-    roles = user_roles(user=user)
-    if Role.ADMIN in roles:
+    """Return the tasks the user may see (the policy: Visibility)."""
+    return _filtered(visibility_for(user=user), view=True)
+
+
+def _filtered(visibility: Visibility, *, view: bool) -> QuerySet[Task]:
+    if visibility.everything:
         return Task.objects.all()
-    if not roles:
-        return Task.objects.none()
-    held_skills = WorkerSkill.objects.filter(worker=user).values("skill_id")
-    return Task.objects.filter(Q(skill_id__in=held_skills) | Q(assignee=user))
+    condition = visibility.tasks() if view else visibility.managed()
+    return Task.objects.filter(condition) if condition is not None else Task.objects.none()
 
 
 def access_task(*, user: User, task_id: object, action: Action = "view") -> Task:
     """Return the task if the user may see it (view) or supervise it (manage); else NotFound.
 
     Permission only: a task the user may not see is NotFound (404), never a hint that it
-    exists. Whether they may act on it now (hold it, its state) is the transition's rule
-    (inbox.lifecycle: a Conflict, 409).
+    exists. Whether they may act on it now (hold it, its state, still eligible) is the
+    transition's rule (inbox.lifecycle: a Conflict, 409). Manage: an admin, or a
+    supervisor of the task's skill (every task they manage they also see).
     """
+    if action not in ("view", "manage"):
+        raise ValueError(f"unknown action {action!r}")
+    tasks = _filtered(visibility_for(user=user), view=action == "view")
     try:
-        task = visible_tasks(user=user).select_related("skill", "assignee").get(pk=task_id)
+        return tasks.select_related("skill", "assignee").get(pk=task_id)
     except (Task.DoesNotExist, ValidationError, ValueError, TypeError):
         # A malformed id is as unknown as a missing one.
         raise NotFound("No such task.") from None
-    if action == "view":
-        return task
-    if action == "manage":
-        roles = user_roles(user=user)
-        if Role.ADMIN in roles or Role.SUPERVISOR in roles:
-            return task
-        raise NotFound("No such task.")
-    raise ValueError(f"unknown action {action!r}")
+
+
+def hold_problem(*, user: User, task: Task) -> str | None:
+    """Return why the user may no longer hold the task, or None while they may.
+
+    Their current access only: active, the worker role, the task's skill at its
+    min_proficiency. Separation of duties is checked when a task is taken (see
+    eligibility_problem); holding it does not change it. Said of the user by e-mail, as the
+    history and the refusal both say it.
+    """
+    if not user.is_active:
+        return f"{user.email} is deactivated"
+    if Role.WORKER not in user_roles(user=user):
+        return f"{user.email} no longer has the worker role"
+    proficiency = (
+        WorkerSkill.objects.filter(worker=user, skill_id=task.skill_id)
+        .values_list("proficiency", flat=True).first()
+    )
+    if proficiency is None:
+        return f"{user.email} no longer holds {task.skill.slug}"
+    if proficiency < task.min_proficiency:
+        return (f"{user.email} holds {task.skill.slug} at {proficiency}, the task needs "
+                f"{task.min_proficiency}")
+    return None
 
 
 def eligibility_problem(*, user: User, task: Task) -> str | None:
     """Return why the user may not take the task, or None when they may."""
+    if not user.is_active:
+        return "Deactivated users take no tasks."
     if Role.WORKER not in user_roles(user=user):
         return "Only workers take tasks (a supervisor who also works needs the worker role)."
     proficiency = (

@@ -19,11 +19,13 @@ from config.errors import Conflict, NotFound
 from inbox.answer_form import answer_fields
 from inbox.lifecycle import transition_problem
 from inbox.live import live_url
-from inbox.models import Task, TaskState
+from inbox.models import HELD_STATES, Task, TaskState
 from inbox.page_actions import calls, posted, posted_version, refused, task_action, to_home
 from inbox.selectors import (
     UnknownForm,
     access_task,
+    eligibility_problem,
+    hold_problem,
     my_queues,
     my_tasks,
     task_form,
@@ -151,8 +153,14 @@ def task_page(request: HttpRequest, task: Task, *, answer_form: AnswerForm | Non
 
     stream is the live stream's URL, read before the task was (inbox.live.live_url).
     """
-    mine = task.assignee_id == request.user.pk
-    working = mine and task.state == TaskState.IN_PROGRESS
+    # Actions are offered by what the user may do now, not by what they may see: a peer
+    # who sees the task read-only (a "team" skill) gets none.
+    mine = task.assignee_id == request.user.pk and task.state in HELD_STATES
+    lost = hold_problem(user=request.user, task=task) if mine else None
+    working = mine and not lost and task.state == TaskState.IN_PROGRESS
+    claim_problem = None
+    if task.state == TaskState.QUEUED and task.skill.dispatch == Dispatch.PULL:
+        claim_problem = eligibility_problem(user=request.user, task=task)
     form = form_problem = None
     try:
         form = task_form(task=task)
@@ -171,9 +179,11 @@ def task_page(request: HttpRequest, task: Task, *, answer_form: AnswerForm | Non
             "fields": fields,
             "has_errors": any(field.error for field in fields),
             "working": working,
-            "offered": mine and task.state == TaskState.OFFERED,
+            "offered": mine and not lost and task.state == TaskState.OFFERED,
             "claimable": (task.state == TaskState.QUEUED
-                          and task.skill.dispatch == Dispatch.PULL),
+                          and task.skill.dispatch == Dispatch.PULL and not claim_problem),
+            "lost": lost,
+            "claim_problem": claim_problem,
             "clocks": _clocks(task),
             "history": task_history(task=task),
             "supervise": supervisor_panel(request, task),

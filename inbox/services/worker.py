@@ -3,7 +3,11 @@ complete and reject.
 
 Each checks that the worker may see the task (inbox.selectors.access_task: 404 if not)
 and what only dispatch policy knows (eligibility, capacity), then applies one row of the
-transition table, which checks the state rules (they hold it, its state: 409).
+transition table, which checks the state rules (they hold it, its state: 409) and, under
+the row lock, that the worker may still hold it (their current role, skill and
+proficiency). A task its holder may no longer hold is refused (AccessLost, 409) and goes
+back to its queue (inbox.services.access.task_revoke). Release and decline give a task
+back and stay allowed.
 """
 
 from typing import Any
@@ -13,7 +17,7 @@ from django.db.models import Q
 
 from accounts.models import Dispatch, User, WorkerSkill
 from config.errors import Conflict, NotFound
-from inbox.lifecycle import transition
+from inbox.lifecycle import AccessLost, transition
 from inbox.models import Task, TaskState
 from inbox.selectors import (
     access_task,
@@ -23,6 +27,7 @@ from inbox.selectors import (
     task_form,
     worker_lock,
 )
+from inbox.services.access import task_revoke
 from processes.forms import form_validate
 
 # Candidates skipped for separation of duties before take-next gives up on this call.
@@ -89,13 +94,7 @@ def task_claim(*, worker: User, task_id: Any, expected_version: int | None = Non
 def task_accept(*, worker: User, task_id: Any, expected_version: int | None = None) -> Task:
     """Accept an offer made to the worker; the work clock starts."""
     task = access_task(user=worker, task_id=task_id)
-    if task.assignee_id == worker.pk:
-        # Still eligible now (a skill or role taken away since the offer was made).
-        problem = eligibility_problem(user=worker, task=task)
-        if problem:
-            raise Conflict(problem)
-    return transition(task_id=task.pk, action="accept", actor=worker,
-                      expected_version=expected_version)
+    return _as_holder(task, action="accept", worker=worker, expected_version=expected_version)
 
 
 def task_decline(*, worker: User, task_id: Any, reason: str,
@@ -123,8 +122,10 @@ def task_complete(*, worker: User, task_id: Any, answer: Any,
     task = access_task(user=worker, task_id=task_id)
     cleaned = form_validate(task_form(task=task), answer)
     try:
-        return transition(task_id=task.pk, action="complete", actor=worker, answer=cleaned,
+        return _as_holder(task, action="complete", worker=worker, answer=cleaned,
                           expected_version=expected_version)
+    except AccessLost:
+        raise
     except Conflict:
         # A retried request (lost response, double click) with the same answer: the
         # decision stands, once; answer it as it was answered the first time.
@@ -138,11 +139,24 @@ def task_reject(*, worker: User, task_id: Any, reason: str,
     """Reject the held task with a reason (Step Functions hears HumanTask.Rejected)."""
     task = access_task(user=worker, task_id=task_id)
     try:
-        return transition(task_id=task.pk, action="reject", actor=worker, reason=reason,
+        return _as_holder(task, action="reject", worker=worker, reason=reason,
                           expected_version=expected_version)
+    except AccessLost:
+        raise
     except Conflict:
         if _decided_before(task, worker=worker, states=_REJECTED, reason=reason):
             return task  # A retried request: see task_complete.
+        raise
+
+
+def _as_holder(task: Task, *, action: str, worker: User, **arguments: Any) -> Task:
+    """Apply a holder's row; a task the worker may no longer hold goes back to its queue."""
+    try:
+        return transition(task_id=task.pk, action=action, actor=worker, **arguments)
+    except AccessLost as exc:
+        # The refused transaction rolled back: the return is a transaction of its own.
+        if task_revoke(task_id=task.pk, worker=worker):
+            raise AccessLost(exc.problem, returned=True) from None
         raise
 
 

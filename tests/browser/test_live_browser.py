@@ -6,7 +6,9 @@ import pytest
 from django.utils import timezone
 
 from accounts.roles import Role
+from accounts.services import worker_skill_remove
 from inbox.models import Task, TaskState
+from inbox.services.access import worker_access_recheck
 from inbox.services.clock import deadlines_sweep
 from inbox.services.dispatcher import task_dispatch
 from inbox.services.supervisor import task_reassign
@@ -63,12 +65,37 @@ def test_a_task_reassigned_away_says_so_and_keeps_what_was_typed(live_page, make
 
     notice = live_page.locator("#task-notice")
     notice.wait_for(state="visible", timeout=SHOWS_WITHIN_MS)
-    assert "can no longer act on it" in notice.inner_text()
+    assert "can no longer see or act on it" in notice.inner_text()
     assert comment.input_value() == "Half way through my notes"
     assert live_page.locator("#answer-form button[type=submit]").is_disabled()
-    assert "ben@example.com" in live_page.locator("#task-meta").inner_text()
+    # Ben's task now: under the skill's default visibility ana no longer sees it, or him.
+    assert "ben@example.com" not in live_page.content()
     live_page.keyboard.press("u")  # the release key does nothing any more
     assert Task.objects.get(pk=task.pk).assignee == ben
+
+
+def test_a_task_returned_when_the_skill_is_removed_says_so_and_keeps_what_was_typed(
+    live_page, make_task, make_worker, admin
+):
+    ana = make_worker({"invoice-review": 3}, email="ana@example.com")
+    make_task(title="Review invoice INV-78")
+    task = task_take_next(worker=ana)
+    keyboard.sign_in(live_page, ana.email, start=f"/tasks/{task.pk}/")
+    live_page.get_by_role("heading", name="Review invoice INV-78", level=1).wait_for()
+    _listening(live_page)
+    comment = live_page.locator("#field-comment")
+    comment.fill("My notes so far")
+
+    worker_skill_remove(worker=ana, skill=task.skill, actor=admin)
+    worker_access_recheck(worker=ana, actor=admin)
+
+    notice = live_page.locator("#task-notice")
+    notice.wait_for(state="visible", timeout=SHOWS_WITHIN_MS)
+    assert "taken away" in notice.inner_text()
+    assert comment.input_value() == "My notes so far"
+    assert live_page.locator("#answer-form button[type=submit]").is_disabled()
+    fresh = Task.objects.get(pk=task.pk)
+    assert (fresh.state, fresh.assignee) == (TaskState.QUEUED, None)
 
 
 def test_the_board_shows_a_task_escalating_by_itself(live_page, make_task, make_user,

@@ -13,6 +13,7 @@ import uuid
 import pytest
 from rest_framework.test import APIClient
 
+from accounts.models import Skill
 from inbox.models import IntakeError, Outbox, Task, TaskEvent
 from inbox.services.intake import intake_message
 from inbox.services.worker import task_take_next
@@ -145,8 +146,11 @@ def test_an_unknown_task_is_a_404_for_every_action(api, held, action):
     assert _state() == before
 
 
+@pytest.mark.parametrize("visibility", ["own", "team"])
 @pytest.mark.parametrize("action", ["complete", "reject", "release", "accept", "decline"])
-def test_another_worker_s_task_is_refused_by_the_api(api, held, action):
+def test_another_worker_s_task_is_refused_by_the_api(api, held, action, visibility):
+    """Unseen (the skill's default visibility): 404; seen read-only (team): 409."""
+    Skill.objects.filter(slug="invoice-review").update(peer_visibility=visibility)
     task, _, other = held
     before = _state()
 
@@ -154,10 +158,14 @@ def test_another_worker_s_task_is_refused_by_the_api(api, held, action):
                                {"reason": "mine now", "answer": {"decision": "approve"}},
                                format="json")
 
-    assert response.status_code == 409, response.json()
-    assert response.json() == {"code": "conflict", "detail": (
-        "This offer is not yours." if action in ("accept", "decline")
-        else "You do not hold this task.")}
+    if visibility == "own":
+        assert response.status_code == 404, response.json()
+        assert response.json() == {"code": "not_found", "detail": "No such task."}
+    else:
+        assert response.status_code == 409, response.json()
+        assert response.json() == {"code": "conflict", "detail": (
+            "This offer is not yours." if action in ("accept", "decline")
+            else "You do not hold this task.")}
     assert _state() == before
 
 
@@ -173,8 +181,11 @@ def test_a_get_on_a_page_action_is_405(held, browser_for, action):
     assert _state() == before
 
 
+@pytest.mark.parametrize("visibility", ["own", "team"])
 @pytest.mark.parametrize("action", ["complete", "reject", "release"])
-def test_another_worker_s_task_is_refused_by_the_pages(held, browser_for, action):
+def test_another_worker_s_task_is_refused_by_the_pages(held, browser_for, action, visibility):
+    """Unseen (the skill's default visibility): 404; seen read-only (team): refused."""
+    Skill.objects.filter(slug="invoice-review").update(peer_visibility=visibility)
     task, _, other = held
     before = _state()
 
@@ -182,6 +193,9 @@ def test_another_worker_s_task_is_refused_by_the_pages(held, browser_for, action
                                        {"decision": "approve", "reason": "mine now",
                                         "version": task.version}, follow=True)
 
-    assert response.redirect_chain == [(f"/tasks/{task.pk}/", 302)]
-    assert [str(m) for m in response.context["messages"]] == ["You do not hold this task."]
+    if visibility == "own":
+        assert response.status_code == 404
+    else:
+        assert response.redirect_chain == [(f"/tasks/{task.pk}/", 302)]
+        assert [str(m) for m in response.context["messages"]] == ["You do not hold this task."]
     assert _state() == before

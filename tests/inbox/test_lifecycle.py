@@ -1,6 +1,7 @@
 import pytest
 from django.db import DatabaseError, connection, transaction
 
+from accounts.models import PeerVisibility, Skill
 from config.errors import Conflict, NotFound
 from inbox import lifecycle
 from inbox.history import events_verify
@@ -169,6 +170,8 @@ def test_reject_needs_a_reason_and_queues_a_failure(make_task, make_worker):
 
 
 def test_a_worker_who_does_not_hold_the_task_cannot_complete_it(make_task, make_worker):
+    """Ben sees ana's task (its skill is open to the team) but may not act on it."""
+    Skill.objects.filter(slug="invoice-review").update(peer_visibility=PeerVisibility.TEAM)
     ana, ben = make_worker({"invoice-review": 3}), make_worker({"invoice-review": 3})
     make_task()
     task = task_take_next(worker=ana)

@@ -11,8 +11,11 @@ from django.test import AsyncClient
 from accounts.roles import Role
 from inbox import live, views_live
 from inbox.live import Audience, LiveHub, Signal, Subscription, signals_after
+from inbox.selectors import Visibility
 from inbox.services.worker import task_claim, task_release
 
+# Supervises skill 1: hears of every task of it.
+SKILL_1_SUPERVISOR = Visibility(user_id=1, supervisor=True, skills={1: (3, "own")})
 SIGNAL_KEYS = {"task", "version", "action", "state", "skill", "process", "stage"}
 
 
@@ -75,7 +78,7 @@ def test_each_user_hears_of_the_tasks_they_may_see(make_task, make_worker, make_
 
 
 def test_the_holder_hears_of_their_task_without_its_skill():
-    audience = Audience(user_id=7, skill_ids=frozenset(), everything=False)
+    audience = Audience(Visibility(user_id=7, worker=True, skills={}))
     assert audience.wants(_signal(1, skill_id=3, assignee_id=7))
     assert not audience.wants(_signal(2, skill_id=3, assignee_id=8))
 
@@ -89,7 +92,7 @@ def test_an_event_committed_out_of_order_is_told_once_and_not_lost(monkeypatch):
 
     async def scenario() -> list[int]:
         hub = LiveHub()
-        page = Subscription(Audience(user_id=1, skill_ids=frozenset({1}), everything=False))
+        page = Subscription(Audience(SKILL_1_SUPERVISOR))
         hub.subscriptions.add(page)
         for _ in range(4):
             await hub._poll()
@@ -105,7 +108,7 @@ def test_a_page_that_does_not_read_is_ended_not_held(monkeypatch):
     monkeypatch.setattr(live, "QUEUE_LIMIT", 2)
 
     async def scenario() -> list:
-        page = Subscription(Audience(user_id=1, skill_ids=frozenset({1}), everything=False))
+        page = Subscription(Audience(SKILL_1_SUPERVISOR))
         for event in range(1, 5):
             page.offer(_signal(event))
         return [page.queue.get_nowait() for _ in range(page.queue.qsize())]
@@ -208,7 +211,7 @@ def test_a_reader_that_stopped_for_want_of_pages_starts_afresh(monkeypatch):
         hub = LiveHub()
         hub.last_id = 3  # where an earlier reader stopped
         hub.seen.append((0.0, 3))
-        page = Subscription(Audience(user_id=1, skill_ids=frozenset({1}), everything=False))
+        page = Subscription(Audience(SKILL_1_SUPERVISOR))
         hub.subscribe(page)
         await asyncio.sleep(0.05)
         hub.unsubscribe(page)

@@ -6,6 +6,7 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
+from accounts.models import PeerVisibility, Skill
 from accounts.roles import Role
 from inbox.models import Outbox, Task, TaskState
 from inbox.services.dispatcher import task_dispatch
@@ -100,6 +101,8 @@ def test_a_task_you_may_not_see_is_404_for_every_page(make_task, make_worker, ap
 
 def test_others_see_a_held_task_read_only(make_task, worker, make_worker, make_user,
                                           browser_for):
+    """A colleague, where the skill opens its tasks to its team, and an admin."""
+    Skill.objects.filter(slug="invoice-review").update(peer_visibility=PeerVisibility.TEAM)
     make_task()
     task = task_take_next(worker=worker)
     colleague = make_worker({"invoice-review": 5})

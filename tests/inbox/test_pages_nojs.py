@@ -11,6 +11,7 @@ from html.parser import HTMLParser
 import pytest
 from django.test import Client
 
+from accounts.models import PeerVisibility, Skill
 from accounts.roles import Role
 from inbox.models import Task, TaskState
 from inbox.services.dispatcher import task_dispatch
@@ -178,7 +179,11 @@ def test_reason_pages_of_a_task_you_may_not_see_are_404(make_task, make_worker,
 def test_reason_pages_of_a_task_you_do_not_hold_send_you_to_the_task_saying_why(
     make_task, worker, make_worker, checker, browser_for
 ):
-    """As a refused POST does: the task page as it is now, with the reason as a message."""
+    """As a refused POST does: the task page as it is now, with the reason as a message.
+
+    The colleague sees the held task because its skill opens its tasks to the team.
+    """
+    Skill.objects.filter(slug="invoice-review").update(peer_visibility=PeerVisibility.TEAM)
     make_task()
     held = task_take_next(worker=worker)
     colleague = browser_for(make_worker({"invoice-review": 5}))

@@ -21,10 +21,13 @@ function inboxReady(fn) {
 
 // Fetch this page again through its normal view; resolve to the parsed document, or to
 // null when the session was signed out (redirected to sign in) or the answer failed.
-function inboxFetchPage() {
+// gone, if given, is called when the page no longer exists for this user (a 404: a task
+// taken away that they may no longer see).
+function inboxFetchPage(gone) {
   return window.fetch(window.location.href, {credentials: "same-origin",
                                              headers: {"Accept": "text/html"}})
     .then(function (response) {
+      if (response.status === 404 && gone) gone();
       if (!response.ok || response.redirected) return null;
       return response.text();
     })
@@ -490,11 +493,23 @@ function inboxFetchPage() {
       return;
     }
     var state = fresh.querySelector("#task-meta .state");
-    var notice = document.getElementById("task-notice");
-    notice.textContent = "This task changed while you had it open" +
+    takenAway("This task changed while you had it open" +
       (state ? " (now " + state.textContent.trim().toLowerCase() + ")" : "") +
-      ": you can no longer act on it here. What you typed is kept; copy it if you need it.";
+      ": you can no longer act on it here. What you typed is kept; copy it if you need it.");
+  }
+
+  // The task page answers 404: the user may no longer see it (a skill taken away).
+  function taskGone() {
+    takenAway("This task was taken away while you had it open: you can no longer see or " +
+      "act on it. What you typed is kept; copy it if you need it.");
+  }
+
+  function takenAway(text) {
+    var acting = document.querySelector("[data-live-acting]");
+    var notice = document.getElementById("task-notice");
+    notice.textContent = text;
     notice.hidden = false;
+    if (!acting) return;
     acting.removeAttribute("data-live-acting");
     acting.classList.add("taken-away");
     acting.querySelectorAll("button, select, input[type=radio], input[type=checkbox]")
@@ -513,7 +528,7 @@ function inboxFetchPage() {
     if (document.querySelector("form[aria-busy=true]")) return; // leaving the page anyway
     fetching = true;
     var before = offers(document);
-    inboxFetchPage()
+    inboxFetchPage(root.hasAttribute("data-live-task") ? taskGone : null)
       .then(function (fresh) {
         if (!fresh) return;
         document.querySelectorAll("[data-live-region][id]").forEach(function (el) {
