@@ -1,10 +1,15 @@
 from allauth.account.forms import ResetPasswordForm
 from django.contrib import admin, messages
 from django.contrib.auth.admin import UserAdmin as BaseUserAdmin
+from django.contrib.auth.models import Group
 from django.db.models import QuerySet
+from django.forms import ModelForm
 from django.http import HttpRequest
 
-from accounts.models import Skill, User, WorkerSkill
+from accounts.models import AuditEvent, Skill, User, WorkerSkill
+from accounts.roles import Role
+from accounts.services import user_set_roles
+from config.admin import ReadOnlyModelAdmin
 
 
 class WorkerSkillInline(admin.TabularInline):
@@ -46,6 +51,26 @@ class UserAdmin(BaseUserAdmin):
         ),
     )
 
+    def save_related(self, request: HttpRequest, form: ModelForm, formsets: list,
+                     change: bool) -> None:
+        """Save the form's groups, with the role groups changed through user_set_roles.
+
+        The form would set the role groups directly, past the service that keeps is_staff
+        with the admin role and writes ROLES_CHANGED to the audit log: it saves the other
+        groups and leaves the roles as they were, then the service sets the chosen ones.
+        """
+        chosen = form.cleaned_data.get("groups")
+        if chosen is None:  # a form without the groups field (adding a user)
+            super().save_related(request, form, formsets, change)
+            return
+        user = form.instance
+        roles = [Role(group.name) for group in chosen if group.name in Role.values]
+        held = Group.objects.filter(user=user, name__in=Role.values) if change else []
+        form.cleaned_data["groups"] = [
+            *(group for group in chosen if group.name not in Role.values), *held]
+        super().save_related(request, form, formsets, change)
+        user_set_roles(user=user, roles=roles, actor=request.user, request=request)
+
     @admin.action(description="Send an invitation (a link to set a password)")
     def send_invitation(self, request: HttpRequest, queryset: QuerySet[User]) -> None:
         sent = 0
@@ -73,3 +98,14 @@ class WorkerSkillAdmin(admin.ModelAdmin):
     list_editable = ["proficiency"]
     search_fields = ["worker__email", "skill__slug"]
     autocomplete_fields = ["worker", "skill"]
+
+
+@admin.register(AuditEvent)
+class AuditEventAdmin(ReadOnlyModelAdmin):
+    """The audit log, to read: nobody adds, changes or deletes an entry (the team's audit
+    page, /team/audit/, reads it too)."""
+
+    list_display = ["at", "action", "actor_email", "subject", "ip"]
+    list_filter = ["action"]
+    search_fields = ["actor_email", "subject"]
+    date_hierarchy = "at"

@@ -27,6 +27,7 @@ ROLE_PERMISSIONS: dict[Role, list[str]] = {
         "account.*",
         "socialaccount.*",
         "authtoken.*",
+        "axes.*",  # to see and lift sign-in lockouts
         "auth.view_group",
         "processes.*",
         "inbox.*",
