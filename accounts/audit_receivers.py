@@ -42,13 +42,15 @@ def audit_sign_in_failed(sender: object, credentials: dict, request: HttpRequest
 
 def audit_locked_out(sender: object, request: HttpRequest, username: str | None,
                      ip_address: str | None, **kwargs: Any) -> None:
-    """Record a lockout once, when a failure reaches the limit.
+    """Record a lockout when a failure reaches the limit.
 
     axes sends the signal again for every attempt it refuses during the lockout; those carry
-    no failure count and are already recorded as refused sign-ins.
+    no failure count (they were refused before being counted) and are already recorded as
+    refused sign-ins. A counted failure at the limit is the one that locked: it was let
+    through below it.
     """
     failures = getattr(request, "axes_failures_since_start", None)
-    if failures is None or failures != settings.AXES_FAILURE_LIMIT:
+    if failures is None or failures < settings.AXES_FAILURE_LIMIT:
         return
     audit_record(action=AuditAction.LOCKED_OUT, subject=username or "", request=request,
                  failures=failures)
