@@ -3,13 +3,18 @@ from typing import Any
 from allauth.account.forms import ResetPasswordForm
 from django.contrib import admin, messages
 from django.contrib.auth.admin import UserAdmin as BaseUserAdmin
+from django.contrib.auth.models import Group
 from django.db.models import QuerySet
+from django.forms import ModelForm
 from django.http import HttpRequest
 from knox.models import AuthToken as KnoxAuthToken
 
 from accounts import services
 from accounts.api_tokens import api_token_revoke
-from accounts.models import ApiToken, Skill, User, WorkerSkill
+from accounts.models import ApiToken, AuditEvent, Skill, User, WorkerSkill
+from accounts.roles import Role
+from accounts.services import user_set_roles
+from config.admin import ReadOnlyModelAdmin
 from config.errors import NotFound
 
 
@@ -114,6 +119,28 @@ class UserAdmin(WorkerSkillsThroughServices, BaseUserAdmin):
         """
         access_recheck(request, user)
 
+    def save_related(self, request: HttpRequest, form: ModelForm, formsets: list,
+                     change: bool) -> None:
+        """Save the form's groups, with the role groups changed through user_set_roles.
+
+        The form would set the role groups directly, past the service that keeps is_staff
+        with the admin role and writes ROLES_CHANGED to the audit log: it saves the other
+        groups and leaves the roles as they were, then the service sets the chosen ones.
+        """
+        chosen = form.cleaned_data.get("groups")
+        if chosen is None:  # a form without the groups field (adding a user)
+            super().save_related(request, form, formsets, change)
+            return
+        user = form.instance
+        roles = [Role(group.name) for group in chosen if group.name in Role.values]
+        held = Group.objects.filter(user=user, name__in=Role.values) if change else []
+        form.cleaned_data["groups"] = [
+            *(group for group in chosen if group.name not in Role.values), *held]
+        super().save_related(request, form, formsets, change)
+        user_set_roles(user=user, roles=roles, actor=request.user, request=request)
+        # After the roles too: a worker who lost the worker role gives back what they hold.
+        self.access_recheck_after_save(request, user)
+
     @admin.action(description="Send an invitation (a link to set a password)")
     def send_invitation(self, request: HttpRequest, queryset: QuerySet[User]) -> None:
         sent = 0
@@ -204,3 +231,14 @@ class ApiTokenAdmin(admin.ModelAdmin):
                 continue  # revoked meanwhile
             revoked += 1
         self.message_user(request, f"Revoked {revoked} token(s).", messages.SUCCESS)
+
+
+@admin.register(AuditEvent)
+class AuditEventAdmin(ReadOnlyModelAdmin):
+    """The audit log, to read: nobody adds, changes or deletes an entry (the team's audit
+    page, /team/audit/, reads it too)."""
+
+    list_display = ["at", "action", "actor_email", "subject", "ip"]
+    list_filter = ["action"]
+    search_fields = ["actor_email", "subject"]
+    date_hierarchy = "at"

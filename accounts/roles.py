@@ -26,6 +26,7 @@ ROLE_PERMISSIONS: dict[Role, list[str]] = {
         "accounts.*",
         "account.*",
         "socialaccount.*",
+        "axes.*",  # to see and lift sign-in lockouts
         "auth.view_group",
         "processes.*",
         "inbox.*",

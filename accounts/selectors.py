@@ -1,8 +1,8 @@
 """Reads for users, roles and skills."""
 
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 
-from accounts.models import Skill, User, WorkerSkill
+from accounts.models import AuditEvent, Skill, User, WorkerSkill
 from accounts.roles import Role
 
 
@@ -65,3 +65,20 @@ def team_proficiencies(*, workers: list[User]) -> dict[tuple[int, int], int]:
         "worker_id", "skill_id", "proficiency"
     )
     return {(worker_id, skill_id): proficiency for worker_id, skill_id, proficiency in links}
+
+
+def audit_entries(*, action: str = "", email: str = "", before: int | None = None,
+                  limit: int = 50) -> list[AuditEvent]:
+    """Return up to limit audit entries, newest first, older than the entry id before.
+
+    action: only that action; email: only entries where that user acted or was acted on
+    (case-insensitive). Keyset pagination by id: a page costs the same however deep.
+    """
+    entries = AuditEvent.objects.all()
+    if action:
+        entries = entries.filter(action=action)
+    if email:
+        entries = entries.filter(Q(actor_email__iexact=email) | Q(subject__iexact=email))
+    if before is not None:
+        entries = entries.filter(pk__lt=before)
+    return list(entries.order_by("-pk")[:limit])

@@ -13,3 +13,7 @@ urlpatterns = [
     path("tokens/for-user/", views_tokens.token_create_for, name="token-create-for"),
     path("tokens/<int:token_id>/revoke/", views_tokens.token_revoke, name="token-revoke"),
 ]
+
+urlpatterns += [
+    path("audit/", views.audit_log, name="audit"),
+]

@@ -1,6 +1,7 @@
-"""Admin page of the team: workers by skills, with proficiency, availability and capacity.
+"""Admin pages of the team: workers by skills, with proficiency, availability and capacity;
+and the audit log (at the end).
 
-Only admins see it; to anyone else it does not exist (404). Each edit calls the services
+Only admins see them; to anyone else they do not exist (404). Each edit calls the services
 of accounts (worker_skill_set, worker_skill_remove, worker_set_availability,
 worker_set_capacity), then returns the tasks a worker may no longer hold
 (inbox.services.access); every POST goes through Django's CSRF check. The other team pages
@@ -20,8 +21,8 @@ from django.views.decorators.http import require_POST, require_safe
 from accounts import services
 from accounts.decorators import admin_only
 from accounts.forms import CAPACITY_MAX, PROFICIENCIES, WorkerRowForm, skill_field
-from accounts.models import Availability, Skill, User
-from accounts.selectors import team_proficiencies, team_workers
+from accounts.models import AuditAction, AuditEvent, Availability, Skill, User
+from accounts.selectors import audit_entries, team_proficiencies, team_workers
 from inbox.services.access import worker_access_recheck
 
 PAGE_SIZE = 100
@@ -178,3 +179,68 @@ def worker_save(request: HttpRequest, worker_id: int) -> HttpResponse:
     if after:
         query["after"] = after
     return redirect(f"{reverse('team:skills')}?{urlencode(query)}")
+
+
+# The audit log ---------------------------------------------------------------------------
+
+AUDIT_PAGE_SIZE = 50
+# Ids are 64-bit integers: a longer cursor is no entry's.
+_CURSOR_DIGITS = 19
+
+
+@require_safe
+@admin_only
+def audit_log(request: HttpRequest) -> HttpResponse:
+    """List the audit log, newest first, a page at a time (keyset), by action and user.
+
+    A filter or cursor that cannot be read answers 400 with the form and what is wrong.
+    """
+    action = request.GET.get("action", "").strip()
+    email = request.GET.get("email", "").strip()
+    before = request.GET.get("before", "").strip()
+    problems = []
+    if action and action not in AuditAction.values:
+        problems.append(f"The action {action[:40]!r} is not one of the log's actions.")
+    if len(email) > 254:
+        problems.append("The e-mail address is not one a user can have: it is longer than "
+                        "254 characters.")
+    if before and (not before.isdigit() or len(before) > _CURSOR_DIGITS):
+        problems.append(f"The page cursor {before[:40]!r} is not a page of this log: "
+                        "start again from the newest entries.")
+    entries: list[AuditEvent] = []
+    more = False
+    if not problems:
+        entries = audit_entries(action=action, email=email,
+                                before=int(before) if before else None,
+                                limit=AUDIT_PAGE_SIZE + 1)
+        more = len(entries) > AUDIT_PAGE_SIZE
+        entries = entries[:AUDIT_PAGE_SIZE]
+    filters = {key: value for key, value in (("action", action), ("email", email)) if value}
+    return render(
+        request,
+        "accounts/audit.html",
+        {
+            "rows": [(entry, _detail_text(entry.detail)) for entry in entries],
+            "actions": AuditAction.choices,
+            "action": action,
+            "email": email,
+            "before": before,
+            "problems": problems,
+            "newest_query": urlencode(filters),
+            "older_query": urlencode({**filters, "before": entries[-1].pk}) if more else "",
+        },
+        status=400 if problems else 200,
+    )
+
+
+def _detail_text(detail: dict) -> str:
+    """Return an entry's details as "key=value" pairs (lists joined with commas)."""
+
+    def shown(value: object) -> str:
+        if value is None or value == []:
+            return "none"
+        if isinstance(value, list):
+            return ",".join(str(item) for item in value)
+        return str(value)
+
+    return " ".join(f"{key}={shown(value)}" for key, value in detail.items())

@@ -27,7 +27,7 @@ from accounts.api_tokens import (
     api_token_revoke,
     api_tokens_of,
 )
-from accounts.decorators import admin_only
+from accounts.decorators import admin_only, recent_auth_required
 from accounts.models import ApiScope, ApiToken, User
 from accounts.roles import Role
 from accounts.selectors import user_has_role
@@ -94,6 +94,7 @@ def tokens(request: HttpRequest) -> HttpResponse:
 
 @never_cache
 @require_POST
+@recent_auth_required  # a new credential: only from a session that proved its password lately
 def token_create(request: HttpRequest) -> HttpResponse:
     """Create a token for the user; the answer shows its secret, this once."""
     form = TokenForm(request.POST, scopes=api_scopes_allowed(user=request.user))
@@ -110,10 +111,9 @@ def token_create(request: HttpRequest) -> HttpResponse:
     return _page(request, created=token, secret=secret)
 
 
-# TODO(merge): @recent_auth_required
 @never_cache
 @require_POST
-@admin_only
+@admin_only  # a change of an admin's: it needs a recent sign-in too (recent_auth_required)
 def token_create_for(request: HttpRequest) -> HttpResponse:
     """Create a token for another user (admins): audited, and listed as made by the admin."""
     form = TokenForUserForm(request.POST, scopes=list(ApiScope))

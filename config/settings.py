@@ -11,6 +11,7 @@ import datetime
 import hashlib
 import hmac
 import re
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
@@ -38,7 +39,9 @@ ALLOWED_HOSTS = env_list(
 CSRF_TRUSTED_ORIGINS = env_list("DJANGO_CSRF_TRUSTED_ORIGINS")
 
 INSTALLED_APPS = [
-    "django.contrib.admin",
+    # Django's admin on the inbox's site: signs in through allauth, asks for the password
+    # again before a change (config.admin.InboxAdminSite).
+    "config.apps.InboxAdminConfig",
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",
@@ -53,6 +56,8 @@ INSTALLED_APPS = [
     "accounts",
     "processes",
     "inbox",
+    # Failed sign-ins counted per account and per client address (accounts.throttle).
+    "axes",
 ]
 INSTALLED_APPS += [
     f"allauth.socialaccount.providers.{provider}"
@@ -69,8 +74,12 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.auth.middleware.LoginRequiredMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
+    # After the messages (it leaves one for the sign-in page); before any view runs.
+    "config.middleware.SessionIdleTimeoutMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "allauth.account.middleware.AccountMiddleware",
+    # Last: turns a sign-in that axes refused into the lockout page (accounts.throttle).
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "config.urls"
@@ -305,6 +314,8 @@ if INBOX_TOKEN_DIGEST_KEY is None:
 
 AUTH_USER_MODEL = "accounts.User"
 AUTHENTICATION_BACKENDS = [
+    # First: refuses a locked-out account or address before any password is checked.
+    "accounts.throttle.SignInThrottleBackend",
     "django.contrib.auth.backends.ModelBackend",
     "allauth.account.auth_backends.AuthenticationBackend",
 ]
@@ -326,7 +337,52 @@ ACCOUNT_ADAPTER = "accounts.adapter.AccountAdapter"
 ACCOUNT_FORMS = {"login": "accounts.forms.LoginForm"}
 ACCOUNT_LOGOUT_ON_GET = False
 ACCOUNT_SESSION_REMEMBER = None
-ACCOUNT_RATE_LIMITS = {"login_failed": "10/m/ip,5/5m/key"}
+
+# The client's address. Behind a load balancer every request comes from its address, so a
+# per-address limit would lock out everyone at once: trust the last N X-Forwarded-For
+# entries (the ones your proxies add), or one header your proxy sets and clients cannot.
+# allauth reads these; accounts.audit.client_ip gives its answer to axes and the audit log.
+ALLAUTH_TRUSTED_PROXY_COUNT = env_int("INBOX_TRUSTED_PROXY_COUNT", 0, minimum=0, maximum=10)
+ALLAUTH_TRUSTED_CLIENT_IP_HEADER = env_str("INBOX_TRUSTED_CLIENT_IP_HEADER", None)
+
+# Failed sign-ins, counted by django-axes in the database per account (the e-mail as typed,
+# lower-cased) and per client address, separately: either reaching the limit within the
+# lockout time refuses every password for it until that time has passed since the failure
+# that reached it (attempts during the lockout are refused without being counted, so the
+# time on the lockout page holds). Every authenticate() with a request goes through it.
+AXES_FAILURE_LIMIT = env_int("INBOX_SIGNIN_FAILURE_LIMIT", 10, minimum=1)
+AXES_COOLOFF_TIME = timedelta(minutes=env_int("INBOX_SIGNIN_LOCKOUT_MINUTES", 15, minimum=1))
+AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
+AXES_USERNAME_CALLABLE = "accounts.throttle.signin_username"
+AXES_CLIENT_IP_CALLABLE = "accounts.audit.client_ip"
+AXES_LOCKOUT_CALLABLE = "accounts.throttle.lockout_response"
+AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = False
+# A success must not wipe the count: it would wipe the address's count too, and let anyone
+# with an account reset it between guesses at another's password.
+AXES_RESET_ON_SUCCESS = False
+# Sign-ins and sign-outs are in the audit log (accounts.audit); axes keeps only attempts.
+AXES_DISABLE_ACCESS_LOG = True
+# allauth's own limits stay for everything else (password reset, sign-up, sign-in posts per
+# address...), by the same client address; failed sign-ins are axes' alone, so one counter
+# decides a lockout and the page can say until when.
+ACCOUNT_RATE_LIMITS = {"login_failed": False}
+
+# Sessions: they end after INBOX_SESSION_IDLE_SECONDS without anything the user did (the
+# live stream and the pages' background refreshes do not count; config.middleware) and
+# INBOX_SESSION_MAX_SECONDS after sign-in whatever happens.
+INBOX_SESSION_IDLE_SECONDS = env_int("INBOX_SESSION_IDLE_SECONDS", 8 * 3600, minimum=60)
+INBOX_SESSION_MAX_SECONDS = env_int("INBOX_SESSION_MAX_SECONDS", 12 * 3600, minimum=60)
+if INBOX_SESSION_IDLE_SECONDS > INBOX_SESSION_MAX_SECONDS:
+    raise ImproperlyConfigured(
+        f"INBOX_SESSION_IDLE_SECONDS={INBOX_SESSION_IDLE_SECONDS} is longer than "
+        f"INBOX_SESSION_MAX_SECONDS={INBOX_SESSION_MAX_SECONDS}: a session would always end "
+        "at the cap first. Lower the idle timeout or raise the cap."
+    )
+SESSION_COOKIE_AGE = INBOX_SESSION_MAX_SECONDS
+# Admin changes (the Django admin, the team pages, API tokens) need a sign-in or a password
+# confirmation this recent; allauth's own sensitive pages use the same window.
+ACCOUNT_REAUTHENTICATION_TIMEOUT = env_int("INBOX_REAUTHENTICATE_SECONDS", 15 * 60, minimum=60)
+
 SOCIALACCOUNT_ADAPTER = "accounts.adapter.SocialAccountAdapter"
 # Off by default: an admin creates or invites every user.
 INBOX_OPEN_SIGNUP = env_bool("INBOX_OPEN_SIGNUP", False)

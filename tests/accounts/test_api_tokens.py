@@ -2,6 +2,7 @@
 
 import io
 import re
+import time
 
 import pytest
 from django.core.management import call_command
@@ -9,6 +10,7 @@ from django.db import connection
 from django.urls import URLPattern, URLResolver, get_resolver
 from rest_framework.test import APIClient
 
+from accounts import sessions
 from accounts.api_auth import HasTokenScope
 from accounts.models import ApiToken, AuditAction, AuditEvent
 from accounts.roles import Role
@@ -295,3 +297,23 @@ def test_session_requests_are_not_limited_by_any_scope(boss, make_task, browser_
     assert page.get("/api/inbox/supervisor/tasks/").status_code == 200
     assert page.post(f"/api/inbox/tasks/{task.pk}/claim/", {},
                      content_type="application/json").status_code == 200
+
+
+@pytest.mark.parametrize(("who", "path", "fields"), [
+    ("worker", "/team/tokens/new/", {"name": "ci", "scope": "work", "days": "7"}),
+    ("admin", "/team/tokens/for-user/", {"name": "ops", "scope": "work", "days": "7"}),
+])
+def test_creating_a_token_long_after_sign_in_asks_for_the_password_first(
+    who, path, fields, admin, worker, browser_for, settings
+):
+    """A new credential comes only from a session that proved its password lately."""
+    client = browser_for(admin if who == "admin" else worker)
+    session = client.session
+    session[sessions.AUTHENTICATED_AT] = (time.time()
+                                          - settings.ACCOUNT_REAUTHENTICATION_TIMEOUT - 1)
+    session.save()
+    response = client.post(path, {"email": worker.email, **fields})
+    assert response.status_code == 302
+    assert response["Location"].startswith("/accounts/reauthenticate/")
+    assert not ApiToken.objects.exists()
+    assert not AuditEvent.objects.filter(action=AuditAction.TOKEN_CREATED).exists()

@@ -70,13 +70,14 @@ def test_the_matrix_shows_workers_by_email_and_skills_with_proficiency(
 
 
 def test_the_team_pages_link_to_each_other(admin, browser_for):
-    """The skills page is the accounts app's; intake errors and processes are their apps'."""
+    """The skills page and the audit log are the accounts app's; intake errors and processes
+    are their apps'."""
     client = browser_for(admin)
-    for path in ["/team/skills/", "/team/intake/", "/team/processes/"]:
+    pages = ["/team/skills/", "/team/intake/", "/team/processes/", "/team/audit/"]
+    for path in pages:
         html = client.get(path).content.decode()
         nav = re.search(r'<nav class="team-nav".*?</nav>', html, re.S).group(0)
-        assert re.findall(r'href="([^"]+)"', nav) == [
-            "/team/skills/", "/team/intake/", "/team/processes/"], path
+        assert re.findall(r'href="([^"]+)"', nav) == pages, path
         assert nav.count('aria-current="page"') == 1, path
 
 
