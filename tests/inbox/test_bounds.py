@@ -105,6 +105,18 @@ def test_the_intake_errors_page_shows_deep_and_large_envelopes(review_skill, adm
     assert b"input: 262,152 bytes, more than the 262,144" in page.content
 
 
+def test_the_intake_errors_page_cuts_a_long_execution_arn(review_skill, admin, client):
+    """An ARN may be 2,048 characters; the page shows 300 and marks the cut."""
+    arn = "arn:aws:states:us-east-1:123456789012:execution:sm:" + "run." * 475
+    _refused(envelope(execution=arn, skill="no-such-skill"))
+    client.force_login(admin)
+
+    page = client.get("/team/intake/").content.decode()
+
+    assert f"{arn[:299]}…" in page
+    assert arn[:300] not in page
+
+
 # Strings PostgreSQL cannot store, numbers its columns cannot hold -----------------------------
 
 
