@@ -115,8 +115,8 @@ def _text_problems(message: dict[str, Any]) -> list[str]:
             todo.extend((f"{where}[{index}]", item) for index, item in enumerate(value))
         elif isinstance(value, str) and _unstorable(value):
             problems.append(f"{where}: {_unstorable(value)}")
-    if todo:
-        problems.append("(more): other strings may break the same rules")
+    if todo or len(problems) > _TEXT_PROBLEMS_MAX:
+        return [*problems[:_TEXT_PROBLEMS_MAX], "(more): other strings may break the same rules"]
     return problems
 
 

@@ -152,6 +152,7 @@ def test_a_refused_envelope_keeps_bounded_problems(review_skill, caplog):
     assert max(len(problem) for problem in error.problems) < 600
     assert any(problem.endswith("… (cut)") for problem in error.problems)
     assert error.problems[-1].startswith("(more)")
+    assert len(error.problems) == 12  # the unknown field, ten NULs named, "(more)"
     assert max(len(record.getMessage()) for record in caplog.records) < 20_000
 
 
