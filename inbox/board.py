@@ -106,11 +106,12 @@ def skill_counts(*, skills: list[Skill], now: datetime.datetime) -> list[dict[st
             for skill in skills]
 
 
-# The free-text filters: what a valid value looks like, and what it is called. Each is
-# bounded, so no query costs more than its column allows (and no NUL reaches PostgreSQL).
+# The free-text filters: what a valid value looks like (slugs as Django's SlugField takes
+# them, an address as long as one may be), and what it is called. No NUL reaches
+# PostgreSQL, which refuses it in a query.
 _TEXT_FILTERS = {
-    "skill": (re.compile(r"[a-z][a-z0-9-]{0,63}", re.ASCII), "skill slug"),
-    "process": (re.compile(r"[a-z][a-z0-9-]{0,47}", re.ASCII), "process name"),
+    "skill": (re.compile(r"[-a-zA-Z0-9_]{1,64}", re.ASCII), "skill slug"),
+    "process": (re.compile(r"[-a-zA-Z0-9_]{1,64}", re.ASCII), "process name"),
     "assignee": (re.compile(rf"{UNASSIGNED}|[^@\s\x00]{{1,64}}@[^@\s\x00]{{1,189}}"),
                  "worker's e-mail address"),
 }
