@@ -4,24 +4,71 @@ Every refused API request answers ``{"code", "detail"}``, where ``detail`` is a 
 saying what is wrong and where, plus ``errors`` (field path: problem) when fields were
 wrong and ``problems`` (a list) when a document was. The same shape for our errors
 (InboxError), for DRF's (authentication, permissions, methods, parsing, validation) and
-for URLs under /api/ that do not exist.
+for URLs under /api/ that do not exist, and for what Django refuses or fails on under
+/api/ before or outside DRF (bad_request, server_error): a body too large (413) or too
+deep (400), a malformed request, a bug (500).
 """
 
+import io
 import logging
-from typing import Any
+from typing import IO, Any
 
+from django.conf import settings
+from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse, JsonResponse
-from django.views.defaults import page_not_found
-from rest_framework import exceptions
+from django.views import defaults
+from rest_framework import exceptions, parsers
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
 from config.errors import InboxError
+from config.json_bounds import MAX_DEPTH, json_depth
 
 logger = logging.getLogger(__name__)
 
 NO_CREDENTIALS = ("No credentials: send the header 'Authorization: Token <key>' with an API "
                   "token (create one at /team/tokens/), or sign in for a session.")
+
+# The largest request body the API reads. Its largest honest body, a state input to start
+# an execution with, is at most Step Functions' 256 KiB. Page forms keep Django's own
+# DATA_UPLOAD_MAX_MEMORY_SIZE (2.5 MB), above which Django refuses any body: under /api/
+# that refusal answers the same 413 (bad_request below).
+MAX_BODY_BYTES = 1_048_576
+TOO_LARGE = (f"The request body is larger than {MAX_BODY_BYTES:,} bytes, the most the API "
+             "reads.")
+
+
+class BodyTooLarge(exceptions.APIException):
+    status_code = 413
+    default_code = "too_large"
+    default_detail = TOO_LARGE
+
+
+class JSONParser(parsers.JSONParser):
+    """DRF's JSON parser, bounded in size and in depth.
+
+    Named in REST_FRAMEWORK["DEFAULT_PARSER_CLASSES"]. json.loads recurses once per level:
+    the depth is measured on the text first, so 50,000 nested brackets are a 400 naming
+    the depth, not a RecursionError.
+    """
+
+    def parse(self, stream: IO[bytes] | None, media_type: str | None = None,
+              parser_context: dict[str, Any] | None = None) -> Any:
+        data = stream.read(MAX_BODY_BYTES + 1) if stream is not None else b""
+        if len(data) > MAX_BODY_BYTES:
+            raise BodyTooLarge()
+        encoding = (parser_context or {}).get("encoding", settings.DEFAULT_CHARSET)
+        try:
+            text = data.decode(encoding)
+        except (UnicodeDecodeError, LookupError):
+            raise exceptions.ParseError(
+                f"JSON parse error - the body is not valid {encoding} text.") from None
+        depth = json_depth(text)
+        if depth > MAX_DEPTH:
+            raise exceptions.ParseError(
+                f"The JSON body nests {depth:,} levels deep, more than the {MAX_DEPTH} the "
+                "API reads.", code="too_deep")
+        return super().parse(io.BytesIO(data), media_type, parser_context)
 
 
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
@@ -79,12 +126,48 @@ def _flatten(detail: Any, prefix: str = "") -> dict[str, str]:
     return {prefix or "(body)": "; ".join(str(item) for item in items)}
 
 
+def _is_api(request: HttpRequest) -> bool:
+    return request.path.startswith("/api/")
+
+
+def bad_request(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
+    """The 400 answer to what Django refuses before a view (SuspiciousOperation).
+
+    Under /api/, JSON in the error shape: a body over Django's size limit is a 413
+    ``too_large`` like one over the API's own; anything else a 400 ``bad_request``. Pages
+    keep Django's 400 page.
+    """
+    if not _is_api(request):
+        return defaults.bad_request(request, exception)
+    if isinstance(exception, RequestDataTooBig):
+        return JsonResponse({"code": "too_large", "detail": TOO_LARGE}, status=413)
+    return JsonResponse(
+        {"code": "bad_request", "detail": "The request is malformed (its host, headers, "
+         "fields or body): it was refused before it was read."},
+        status=400,
+    )
+
+
 def not_found(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
     """The 404 answer: JSON in the error shape under /api/, the 404 page elsewhere."""
-    if request.path.startswith("/api/"):
+    if _is_api(request):
         return JsonResponse(
             {"code": "not_found", "detail": f"Nothing at {request.path}: check the URL "
              "(task ids are UUIDs) against the API schema at /api/schema/."},
             status=404,
         )
-    return page_not_found(request, exception)
+    return defaults.page_not_found(request, exception)
+
+
+def server_error(request: HttpRequest) -> HttpResponse:
+    """The 500 answer: JSON in the error shape under /api/, the 500 page elsewhere.
+
+    Nothing of the error itself: Django logs it with its traceback (logger django.request).
+    """
+    if _is_api(request):
+        return JsonResponse(
+            {"code": "server_error", "detail": "The server failed on this request and "
+             "logged the error; nothing says it was done. Try again, or tell an admin."},
+            status=500,
+        )
+    return defaults.server_error(request)

@@ -27,5 +27,8 @@ urlpatterns = [
     path("favicon.ico", RedirectView.as_view(url=f"{settings.STATIC_URL}inbox/favicon.svg")),
 ]
 
-# Under /api/, an unknown URL (a task id that is not a UUID) answers JSON like the API.
+# Under /api/, an unknown URL (a task id that is not a UUID), a request Django refuses (too
+# large, malformed) and a server error answer JSON like the API; pages keep their pages.
+handler400 = "config.api.bad_request"
 handler404 = "config.api.not_found"
+handler500 = "config.api.server_error"

@@ -6,6 +6,7 @@ are neither skipped nor shown twice within one ordering.
 """
 
 import datetime
+import re
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
@@ -105,9 +106,30 @@ def skill_counts(*, skills: list[Skill], now: datetime.datetime) -> list[dict[st
             for skill in skills]
 
 
+# The free-text filters: what a valid value looks like (slugs as Django's SlugField takes
+# them, an address as long as one may be), and what it is called. No NUL reaches
+# PostgreSQL, which refuses it in a query.
+_TEXT_FILTERS = {
+    "skill": (re.compile(r"[-a-zA-Z0-9_]{1,64}", re.ASCII), "skill slug"),
+    "process": (re.compile(r"[-a-zA-Z0-9_]{1,64}", re.ASCII), "process name"),
+    "assignee": (re.compile(rf"{UNASSIGNED}|[^@\s\x00]{{1,64}}@[^@\s\x00]{{1,189}}"),
+                 "worker's e-mail address"),
+}
+_SHOWN_MAX = 40
+
+
+def _shown(value: str) -> str:
+    """Return a bad value quoted for a message, its start only when it is long."""
+    return repr(value if len(value) <= _SHOWN_MAX else f"{value[:_SHOWN_MAX]}…")
+
+
 @dataclass
 class Filters:
-    """What the board's list shows, as read from the query string (bad values ignored)."""
+    """What the board's list shows, as read from the query string.
+
+    A bad value (unknown, too long, a forged page link) is dropped and named in
+    ``problems``: the board shows the list without it and answers 400.
+    """
 
     skill: str = ""
     state: str = ""
@@ -120,22 +142,25 @@ class Filters:
 
     @classmethod
     def from_query(cls, query: Any) -> "Filters":
-        filters = cls(
-            skill=query.get("skill", "").strip(),
-            state=query.get("state", "").strip(),
-            process=query.get("process", "").strip(),
-            assignee=query.get("assignee", "").strip(),
-            age=query.get("age", "").strip(),
-            sort=query.get("sort", "").strip() or "deadline",
-        )
-        if filters.state and filters.state not in OPEN_STATES:
-            filters.problems.append(f"Unknown state {filters.state!r}: showing every state.")
-            filters.state = ""
-        if filters.age and filters.age not in _AGE_SPANS:
-            filters.problems.append(f"Unknown age {filters.age!r}: showing every age.")
-            filters.age = ""
+        filters = cls(sort=query.get("sort", "").strip() or "deadline")
+        for name, (pattern, shows) in _TEXT_FILTERS.items():
+            value = query.get(name, "").strip()
+            if value and not pattern.fullmatch(value):
+                filters.problems.append(f"{_shown(value)} is not a {shows}: showing every "
+                                        f"{name}.")
+            else:
+                setattr(filters, name, value)
+        state, age = query.get("state", "").strip(), query.get("age", "").strip()
+        if state and state not in OPEN_STATES:
+            filters.problems.append(f"Unknown state {_shown(state)}: showing every state.")
+        else:
+            filters.state = state
+        if age and age not in _AGE_SPANS:
+            filters.problems.append(f"Unknown age {_shown(age)}: showing every age.")
+        else:
+            filters.age = age
         if filters.sort not in SORTS:
-            filters.problems.append(f"Unknown order {filters.sort!r}: by deadline.")
+            filters.problems.append(f"Unknown order {_shown(filters.sort)}: by deadline.")
             filters.sort = "deadline"
         after = query.get("after", "")
         if after:
@@ -214,7 +239,22 @@ def _cursor(value: Any, pk: Any) -> str:
     return f"{text}~{pk}"
 
 
+# A cursor is one the board wrote: a priority (0-100) or an ISO date and time, then "~"
+# and a task id. Anything longer or else is a forged or mangled link.
+_CURSOR_MAX = 80
+_PRIORITY = re.compile(r"[0-9]{1,3}", re.ASCII)
+_PRIORITY_MAX = 100
+
+
 def _parse_cursor(text: str, *, sort: str) -> tuple[Any, str] | None:
+    """Return the sort value and task id of a cursor, or None when it is not one.
+
+    Never raises: Unicode digits ("²" is a digit to str.isdigit, not to int), numbers of
+    thousands of digits and dates that leave the calendar in UTC
+    ("0001-01-01T00:00:00+14:00") are refused here, before any query.
+    """
+    if len(text) > _CURSOR_MAX:
+        return None
     value_text, _, pk_text = text.rpartition("~")
     try:
         pk = str(uuid.UUID(pk_text))
@@ -222,11 +262,16 @@ def _parse_cursor(text: str, *, sort: str) -> tuple[Any, str] | None:
         return None
     column = SORTS[sort][0]
     if column == "priority":
-        return (int(value_text), pk) if value_text.isdigit() else None
+        if not _PRIORITY.fullmatch(value_text) or int(value_text) > _PRIORITY_MAX:
+            return None
+        return int(value_text), pk
     try:
         value = parse_datetime(value_text)
-    except ValueError:
+        if value is None:
+            return None
+        if timezone.is_naive(value):
+            value = timezone.make_aware(value, datetime.UTC)
+        # What the database will be given: a time it cannot hold in UTC overflows here.
+        return value.astimezone(datetime.UTC), pk
+    except (ValueError, OverflowError):
         return None
-    if value is None:
-        return None
-    return (value if timezone.is_aware(value) else timezone.make_aware(value)), pk

@@ -4,6 +4,8 @@ Only admins see them; to anyone else they do not exist (404). The redrive calls
 inbox.services.admin.intake_redrive; its POST goes through Django's CSRF check.
 """
 
+import re
+
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
@@ -17,6 +19,8 @@ from inbox.services.admin import intake_redrive
 PAGE_SIZE = 100
 # Per click: a redrive is a send and a delete per message, done within the request.
 REDRIVE_BATCH = 100
+# A page link's "before": a row id, as the page writes it (ASCII digits, within a bigint).
+_PAGE_LINK = re.compile(r"[1-9][0-9]{0,17}", re.ASCII)
 
 
 @require_safe
@@ -25,8 +29,12 @@ def intake_errors(request: HttpRequest) -> HttpResponse:
     """List the messages the intake refused, newest first, a page at a time (keyset)."""
     errors = IntakeError.objects.order_by("-pk")
     before = request.GET.get("before", "")
-    if before.isdigit():
+    problem = ""
+    if _PAGE_LINK.fullmatch(before):
         errors = errors.filter(pk__lt=int(before))
+    elif before:
+        # Unicode digits, numbers past a bigint: a mangled link, not a query to try.
+        problem, before = "That page link is broken: showing the newest errors.", ""
     page = list(errors[: PAGE_SIZE + 1])
     more = len(page) > PAGE_SIZE
     page = page[:PAGE_SIZE]
@@ -38,7 +46,9 @@ def intake_errors(request: HttpRequest) -> HttpResponse:
             "before": before,
             "next_before": page[-1].pk if more else "",
             "redrive_batch": REDRIVE_BATCH,
+            "problem": problem,
         },
+        status=400 if problem else 200,
     )
 
 

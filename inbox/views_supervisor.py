@@ -76,6 +76,8 @@ def supervisor_board(request: HttpRequest) -> HttpResponse:
             "clocks": supervisor.CLOCKS,
             "live_url": stream,
         },
+        # A bad filter or page link: the list without it, under the message saying so.
+        status=400 if filters.problems else 200,
     )
 
 

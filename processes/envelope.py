@@ -1,8 +1,11 @@
 """Validate envelopes against the JSON Schema of their kind (processes/contract.py).
 
 The JSON Schemas live in processes/schemas/ and are published in docs/ENVELOPE.md.
-``envelope_problems`` describes what is wrong without quoting values: an envelope
-carries a task token, which must never reach an error message or a log line.
+``envelope_read`` parses a message body, refusing one nested too deep before json.loads
+recurses through it; ``envelope_problems`` describes what is wrong without quoting values:
+an envelope carries a task token, which must never reach an error message or a log line.
+Besides its schema, an envelope is bounded: its input by Step Functions' own payload
+limit and by a depth, and every string must be text PostgreSQL can store.
 """
 
 import functools
@@ -12,6 +15,7 @@ from typing import Any
 
 from jsonschema import Draft202012Validator
 
+from config.json_bounds import MAX_DEPTH, json_depth, value_depth
 from processes.contract import HUMAN_TASK, PROCESS_FAILURE
 
 SCHEMAS = Path(__file__).resolve().parent / "schemas"
@@ -19,6 +23,14 @@ KINDS = {
     HUMAN_TASK: "human-task-v1.schema.json",
     PROCESS_FAILURE: "process-failure-v1.schema.json",
 }
+# Step Functions refuses a state input or output above 256 KiB of UTF-8 JSON: an input
+# larger than that cannot have come from a state machine, nor go back into one.
+MAX_INPUT_BYTES = 262_144
+# The input sits one level inside the envelope.
+MAX_ENVELOPE_DEPTH = MAX_DEPTH + 1
+# Unstorable strings named per envelope before "(more)"; key names shown up to this length.
+_TEXT_PROBLEMS_MAX = 10
+_KEY_SHOWN = 40
 
 
 @functools.cache
@@ -33,6 +45,22 @@ def envelope_schema(kind: str) -> dict[str, Any]:
     return _validator(kind).schema
 
 
+def envelope_read(body: str) -> tuple[Any, list[str]]:
+    """Parse a message body; return the envelope, or None and why it cannot be read.
+
+    The depth is measured on the text first: json.loads recurses once per level and raises
+    RecursionError on a body of thousands of brackets.
+    """
+    depth = json_depth(body)
+    if depth > MAX_ENVELOPE_DEPTH:
+        return None, [f"(body): nested {depth:,} deep, more than {MAX_ENVELOPE_DEPTH} (the "
+                      f"envelope, and its input at most {MAX_DEPTH} levels within it)"]
+    try:
+        return json.loads(body), []
+    except ValueError:
+        return None, ["(body): must be a JSON object; it is not valid JSON"]
+
+
 def envelope_problems(message: Any) -> list[str]:
     """Return what is wrong with message, as "path: rule" lines; empty when it is valid."""
     if not isinstance(message, dict):
@@ -44,8 +72,69 @@ def envelope_problems(message: Any) -> list[str]:
     for error in sorted(_validator(kind).iter_errors(message), key=lambda e: list(e.path)):
         where = ".".join(str(part) for part in error.path) or "(top)"
         problems.append(f"{where}: {_rule(error)}")
+    if isinstance(message.get("input"), dict):
+        problems.extend(_input_problems(message["input"]))
+    problems.extend(_text_problems(message))
     # jsonschema reports each missing required field as its own error with one text.
     return list(dict.fromkeys(problems))
+
+
+def _input_problems(value: dict[str, Any]) -> list[str]:
+    """Return what makes an input too deep or too large for Step Functions to have sent."""
+    depth = value_depth(value)
+    if depth > MAX_DEPTH:
+        return [f"input: nested {depth:,} deep, more than {MAX_DEPTH}"]
+    # As Step Functions counts it: compact JSON, UTF-8 (a lone surrogate is refused below).
+    size = len(json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+               .encode("utf-8", "surrogatepass"))
+    if size > MAX_INPUT_BYTES:
+        return [f"input: {size:,} bytes, more than the {MAX_INPUT_BYTES:,} Step Functions "
+                "allows"]
+    return []
+
+
+def _text_problems(message: dict[str, Any]) -> list[str]:
+    """Return where a string (or a key) holds what PostgreSQL cannot store.
+
+    PostgreSQL text and jsonb refuse the NUL character, and jsonb a lone surrogate
+    (\\ud800 written alone); stored as they are, they would fail the insert on every
+    receive. Walked with a list, not recursion: the input may be as deep as MAX_DEPTH.
+    """
+    problems: list[str] = []
+    todo: list[tuple[str, Any]] = [("", message)]
+    while todo and len(problems) < _TEXT_PROBLEMS_MAX:
+        where, value = todo.pop()
+        if isinstance(value, dict):
+            for key, item in value.items():
+                key = str(key)
+                if _unstorable(key):
+                    problems.append(f"{where or '(top)'}: a key {_unstorable(key)}")
+                else:
+                    todo.append((_key_path(where, key), item))
+        elif isinstance(value, list):
+            todo.extend((f"{where}[{index}]", item) for index, item in enumerate(value))
+        elif isinstance(value, str) and _unstorable(value):
+            problems.append(f"{where}: {_unstorable(value)}")
+    if todo or len(problems) > _TEXT_PROBLEMS_MAX:
+        return [*problems[:_TEXT_PROBLEMS_MAX], "(more): other strings may break the same rules"]
+    return problems
+
+
+def _key_path(where: str, key: str) -> str:
+    """Return the path of a key; a long key (a key is data too) is cut to its start."""
+    name = key if len(key) <= _KEY_SHOWN else f"{key[:_KEY_SHOWN]}…"
+    return f"{where}.{name}" if where else name
+
+
+def _unstorable(text: str) -> str:
+    """Return why PostgreSQL cannot store text, or "" when it can."""
+    if "\x00" in text:
+        return "must not contain the NUL character (U+0000)"
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return "must be valid Unicode (it holds a lone surrogate)"
+    return ""
 
 
 def _rule(error: Any) -> str:

@@ -15,7 +15,6 @@ exception message or an IntakeError; problems name the field and the rule only.
 
 import datetime
 import functools
-import json
 import logging
 import re
 import traceback
@@ -38,7 +37,7 @@ from inbox.services.clock import heartbeat_interval
 from inbox.tokens import token_digest, token_encrypt
 from processes import aws
 from processes.contract import HUMAN_TASK, PROCESS_FAILURE
-from processes.envelope import envelope_problems
+from processes.envelope import envelope_problems, envelope_read
 from processes.selectors import form_for
 from processes.spec import MAX_SECONDS
 
@@ -49,6 +48,9 @@ _EXECUTION_ARN = re.compile(r"^arn:aws[a-zA-Z-]*:states:[^:]+:[0-9]{12}:executio
 _EXECUTION_MAX = 2048
 _STAGE_MAX = 80
 _UNEXPECTED_MAX = 500
+# What an IntakeError keeps of a refused message's problems (and its log line shows).
+_PROBLEMS_MAX = 20
+_PROBLEM_MAX = 500
 POLL_LOCK_KEY = "inbox:intake-poll"
 # Above the poll's budget (25 s) plus an SQS read timeout (30 s), so a live poller never
 # loses its lock; a crashed one's lock lapses and the next beat tick polls again.
@@ -80,13 +82,10 @@ def intake_message(*, message: dict) -> str:
     """
     message_id = str(message.get("MessageId") or "")
     receive_count = _receive_count(message)
-    try:
-        envelope = json.loads(message.get("Body") or "")
-    except ValueError:
-        return _invalid(
-            message_id=message_id, receive_count=receive_count, envelope=None,
-            problems=["(body): must be a JSON object; it is not valid JSON"],
-        )
+    envelope, unreadable = envelope_read(message.get("Body") or "")
+    if unreadable:
+        return _invalid(message_id=message_id, receive_count=receive_count, envelope=None,
+                        problems=unreadable)
     problems = envelope_problems(envelope)
     if not problems and envelope["kind"] == HUMAN_TASK:
         problems = _task_problems(envelope)
@@ -219,7 +218,7 @@ def _task_create(*, envelope: dict[str, Any]) -> str:
 def _invalid(*, message_id: str, receive_count: int, envelope: Any,
              problems: list[str]) -> str:
     token = _token_of(envelope)
-    problems = [_problem_scrub(problem, token) for problem in problems]
+    problems = _problems_cut([_problem_scrub(problem, token) for problem in problems])
     _intake_error_record(message_id=message_id, receive_count=receive_count,
                          envelope=envelope, token=token, problems=problems)
     logger.warning(
@@ -227,6 +226,19 @@ def _invalid(*, message_id: str, receive_count: int, envelope: Any,
         message_id, receive_count, "; ".join(problems),
     )
     return Outcome.INVALID
+
+
+def _problems_cut(problems: list[str]) -> list[str]:
+    """Return at most _PROBLEMS_MAX problems of at most _PROBLEM_MAX characters each.
+
+    A problem may name fields of the message (unknown ones, input keys): a hostile
+    envelope could make its row and its log line as large as itself.
+    """
+    cut = [problem if len(problem) <= _PROBLEM_MAX else f"{problem[:_PROBLEM_MAX]}… (cut)"
+           for problem in problems[:_PROBLEMS_MAX]]
+    if len(problems) > _PROBLEMS_MAX:
+        cut.append(f"(more): {len(problems) - _PROBLEMS_MAX} more problem(s) not kept")
+    return cut
 
 
 def _intake_error_record(*, message_id: str, receive_count: int, envelope: Any,
@@ -286,10 +298,7 @@ def _scrub(text: str, token: str | None) -> str:
 
 def _unexpected_record(*, message: dict, exc: Exception) -> None:
     """Record and log an unexpected error on one message, without the token or the body."""
-    try:
-        envelope = json.loads(message.get("Body") or "")
-    except Exception:
-        envelope = None
+    envelope, _ = envelope_read(message.get("Body") or "")
     token = _token_of(envelope)
     what = _scrub(f"{type(exc).__name__}: {exc}", token)[:_UNEXPECTED_MAX]
     message_id = str(message.get("MessageId") or "")

@@ -15,6 +15,11 @@ register = template.Library()
 
 # Nested deeper than this, a value is not laid out (the API gives the whole input).
 MAX_DEPTH = 8
+# A value longer than this shows its start, and the whole behind "Show all". Values wrap
+# anywhere (overflow-wrap: anywhere), and Chromium's cost of breaking one unbroken run
+# grows with the square of its length: a 100 KB one took 17-19 s to lay out. The whole
+# value sits in a box that scrolls instead of breaking it (inbox.css, .long-all).
+LONG_VALUE = 500
 # Keys named like a task token are never shown, whatever a process put in its input.
 _TOKEN_KEY = re.compile(r"(?i)^(task_?)?token$")
 _WORD_BREAK = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|[_\-\s]+")
@@ -102,9 +107,21 @@ def _render(value: Any, *, depth: int) -> SafeString:
         return _muted("(blank)")
     if isinstance(value, bool):
         return format_html("{}", "yes" if value else "no")
-    if isinstance(value, str) and "\n" in value:
-        return format_html('<span class="multiline">{}</span>', value)
-    return format_html("{}", value)
+    return _text(str(value))
+
+
+def _text(text: str) -> SafeString:
+    """Render a text value; a long one as its start and the whole behind a disclosure."""
+    if len(text) > LONG_VALUE:
+        count = f"{len(text):,}"
+        return format_html(
+            '{}…<details class="long-value"><summary>Show all {} characters</summary>'
+            '<div class="long-all" tabindex="0" role="region" aria-label="All {} characters">'
+            "{}</div></details>",
+            _text(text[:LONG_VALUE]), count, count, text)
+    if "\n" in text:
+        return format_html('<span class="multiline">{}</span>', text)
+    return format_html("{}", text)
 
 
 def _muted(text: str) -> SafeString:
