@@ -39,11 +39,13 @@ def hostile_task(make_task, make_worker, review_skill):
     return task
 
 
-def test_every_page_showing_a_task_escapes_its_markup(hostile_task, admin, browser_for):
+def test_every_page_showing_a_task_escapes_its_markup(hostile_task, make_task, admin,
+                                                      browser_for):
     supervisor = User.objects.get(email="lead@example.com")
+    make_task(title=f"Queued {SCRIPT}", input={IMAGE: LINK})  # open: on the board
     pages = {
         supervisor: ["/", f"/tasks/{hostile_task.pk}/", f"/tasks/{hostile_task.pk}/timeline/",
-                     "/supervisor/?state=rejected", "/supervisor/"],
+                     "/supervisor/", "/supervisor/?state=queued"],
         admin: [f"/tasks/{hostile_task.pk}/", "/admin/inbox/task/",
                 f"/admin/inbox/task/{hostile_task.pk}/change/"],
     }
