@@ -23,6 +23,7 @@ from accounts.decorators import admin_only
 from accounts.forms import CAPACITY_MAX, PROFICIENCIES, WorkerRowForm, skill_field
 from accounts.models import AuditAction, AuditEvent, Availability, Skill, User
 from accounts.selectors import audit_entries, team_proficiencies, team_workers
+from config.query import row_id, text_ok
 from inbox.services.access import worker_access_recheck
 
 PAGE_SIZE = 100
@@ -116,10 +117,14 @@ def _skills_page(request: HttpRequest, *, after: str, edited: Row | None = None,
 def skills(request: HttpRequest) -> HttpResponse:
     """Show workers by skills with each proficiency, availability and capacity, editable."""
     focus = None
-    worker_id, name = request.GET.get("worker", ""), request.GET.get("field", "")
-    if worker_id.isdigit() and name:
-        focus = (int(worker_id), name)
-    return _skills_page(request, after=request.GET.get("after", ""), focus=focus)
+    worker_id, name = row_id(request.GET.get("worker")), request.GET.get("field", "")
+    if worker_id is not None and name:
+        focus = (worker_id, name)  # a link back to the cell edited: a bad one focuses none
+    after = request.GET.get("after", "")
+    if not text_ok(after, longest=254):
+        messages.error(request, "That page link is broken: showing the first workers.")
+        return _skills_page(request, after="", focus=focus, status=400)
+    return _skills_page(request, after=after, focus=focus)
 
 
 @require_POST
@@ -135,6 +140,8 @@ def worker_save(request: HttpRequest, worker_id: int) -> HttpResponse:
     skills = list(Skill.objects.order_by("slug"))
     held = team_proficiencies(workers=[worker])
     after = request.POST.get("after", "")
+    if not text_ok(after, longest=254):
+        after = ""  # where the page was: a mangled one only loses the place, not the edit
 
     row_form = WorkerRowForm(data=request.POST, skills=skills)
     if not row_form.is_valid():
@@ -184,9 +191,6 @@ def worker_save(request: HttpRequest, worker_id: int) -> HttpResponse:
 # The audit log ---------------------------------------------------------------------------
 
 AUDIT_PAGE_SIZE = 50
-# Ids are 64-bit integers: a longer cursor is no entry's.
-_CURSOR_DIGITS = 19
-
 
 @require_safe
 @admin_only
@@ -201,17 +205,17 @@ def audit_log(request: HttpRequest) -> HttpResponse:
     problems = []
     if action and action not in AuditAction.values:
         problems.append(f"The action {action[:40]!r} is not one of the log's actions.")
-    if len(email) > 254:
+    if not text_ok(email, longest=254):
         problems.append("The e-mail address is not one a user can have: it is longer than "
-                        "254 characters.")
-    if before and (not before.isdigit() or len(before) > _CURSOR_DIGITS):
+                        "254 characters or holds a NUL.")
+    if before and row_id(before) is None:
         problems.append(f"The page cursor {before[:40]!r} is not a page of this log: "
                         "start again from the newest entries.")
     entries: list[AuditEvent] = []
     more = False
     if not problems:
         entries = audit_entries(action=action, email=email,
-                                before=int(before) if before else None,
+                                before=row_id(before),
                                 limit=AUDIT_PAGE_SIZE + 1)
         more = len(entries) > AUDIT_PAGE_SIZE
         entries = entries[:AUDIT_PAGE_SIZE]

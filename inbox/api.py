@@ -19,6 +19,7 @@ from rest_framework.views import APIView
 
 from accounts.api_auth import HasTokenScope
 from accounts.models import ApiScope
+from inbox.lifecycle import REASON_MAX_CHARS
 from inbox.models import Task
 from inbox.selectors import access_task, my_queues, my_tasks, task_form, task_history
 from inbox.services import worker
@@ -92,7 +93,7 @@ class VersionInput(serializers.Serializer):
 
 
 class ReasonInput(VersionInput):
-    reason = serializers.CharField(max_length=2000, allow_blank=False)
+    reason = serializers.CharField(max_length=REASON_MAX_CHARS, allow_blank=False)
 
 
 def valid_input(serializer_class: type[serializers.Serializer], request: Request) -> dict[str, Any]:
@@ -167,7 +168,7 @@ class TakeNextInput(serializers.Serializer):
 
 
 class TaskReleaseInput(VersionInput):
-    reason = serializers.CharField(max_length=2000, required=False, allow_blank=True)
+    reason = serializers.CharField(max_length=REASON_MAX_CHARS, required=False, allow_blank=True)
 
 
 class TaskCompleteInput(VersionInput):

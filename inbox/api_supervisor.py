@@ -15,6 +15,7 @@ from accounts.roles import Role
 from accounts.selectors import user_roles
 from inbox.api import TaskActionApi, TaskSerializer, action_api, valid_input
 from inbox.board import supervised_tasks
+from inbox.lifecycle import REASON_MAX_CHARS
 from inbox.services import supervisor
 
 BULK_MAX = 500
@@ -28,7 +29,7 @@ class IsSupervisor(BasePermission):
 
 
 class ActionInput(serializers.Serializer):
-    reason = serializers.CharField(max_length=2000)
+    reason = serializers.CharField(max_length=REASON_MAX_CHARS)
     version = serializers.IntegerField(required=False, min_value=1)
 
 
@@ -103,7 +104,7 @@ class BulkApi(SupervisorApi):
         action = serializers.ChoiceField(choices=["reassign", "return", "extend", "abort"])
         task_ids = serializers.ListField(child=serializers.UUIDField(), min_length=1,
                                          max_length=BULK_MAX)
-        reason = serializers.CharField(max_length=2000)
+        reason = serializers.CharField(max_length=REASON_MAX_CHARS)
         worker = WorkerField(required=False)
         clock = serializers.ChoiceField(choices=supervisor.CLOCKS, required=False)
         seconds = serializers.IntegerField(min_value=1, required=False)

@@ -25,7 +25,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from accounts.models import User
-from config.errors import Conflict, NotFound
+from config.errors import Conflict, InboxError, NotFound
 from inbox import effects
 from inbox.effects import Effect
 from inbox.history import event_append
@@ -280,6 +280,8 @@ def _timeout(task: Task, step: Step) -> Callback:
 
 NOT_YOURS = "This offer is not yours."
 NOT_HELD = "You do not hold this task."
+# The longest reason an action keeps (the API's inputs say the same).
+REASON_MAX_CHARS = 2000
 SUPERVISOR_REASON = "Say why: every supervisor action is recorded with its reason."
 CLOCK, DISPATCHER, CALLBACKS = "clock", "dispatch", "callbacks"
 QUEUED, OFFERED, WORKING = TaskState.QUEUED, TaskState.OFFERED, TaskState.IN_PROGRESS
@@ -353,6 +355,10 @@ def transition(*, task_id: Any, action: str, actor: User | None = None, system: 
     row = TRANSITIONS[action]
     if row.needs_reason and not reason.strip():
         raise Conflict(row.needs_reason)
+    if len(reason) > REASON_MAX_CHARS:
+        # Every path (pages, API, commands) is held to what the API's inputs allow.
+        raise InboxError(f"The reason is {len(reason):,} characters long; say it in at most "
+                         f"{REASON_MAX_CHARS:,}.")
     if locked is not None and not transaction.get_connection().in_atomic_block:
         raise RuntimeError("transition(locked=...) needs the transaction that locked the row.")
     return _apply(row, task_id=task_id, actor=actor, system=system or row.system,

@@ -4,8 +4,6 @@ Only admins see them; to anyone else they do not exist (404). The redrive calls
 inbox.services.admin.intake_redrive; its POST goes through Django's CSRF check.
 """
 
-import re
-
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
@@ -13,14 +11,13 @@ from django.views.decorators.http import require_POST, require_safe
 
 from accounts.decorators import admin_only
 from config.errors import ExternalServiceError
+from config.query import row_id
 from inbox.models import IntakeError
 from inbox.services.admin import intake_redrive
 
 PAGE_SIZE = 100
 # Per click: a redrive is a send and a delete per message, done within the request.
 REDRIVE_BATCH = 100
-# A page link's "before": a row id, as the page writes it (ASCII digits, within a bigint).
-_PAGE_LINK = re.compile(r"[1-9][0-9]{0,17}", re.ASCII)
 
 
 @require_safe
@@ -30,8 +27,8 @@ def intake_errors(request: HttpRequest) -> HttpResponse:
     errors = IntakeError.objects.order_by("-pk")
     before = request.GET.get("before", "")
     problem = ""
-    if _PAGE_LINK.fullmatch(before):
-        errors = errors.filter(pk__lt=int(before))
+    if (before_id := row_id(before)) is not None:
+        errors = errors.filter(pk__lt=before_id)
     elif before:
         # Unicode digits, numbers past a bigint: a mangled link, not a query to try.
         problem, before = "That page link is broken: showing the newest errors.", ""

@@ -14,6 +14,7 @@ from django.core.handlers.asgi import ASGIRequest
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.views.decorators.http import require_safe
 
+from config.query import row_id
 from inbox import live
 
 # A comment line this often keeps proxies from closing an idle stream.
@@ -48,10 +49,9 @@ def _last_event_id(request: HttpRequest) -> int | None:
     """Return the event the page is up to date with: the last one a reconnecting browser
     had (its Last-Event-ID header), else the one the page was rendered at (?since=)."""
     for value in (request.headers.get("Last-Event-ID"), request.GET.get("since")):
-        try:
-            return max(0, int(value or ""))
-        except ValueError:
-            continue
+        event_id = row_id(value)  # "²" or 30 digits: not an event id, try the next
+        if event_id is not None:
+            return event_id
     return None
 
 

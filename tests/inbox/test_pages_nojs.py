@@ -291,3 +291,18 @@ def test_help_lists_the_shortcuts_of_the_page_it_is_on(make_task, worker, checke
         everywhere | {"a", "d"}
     # Someone else's task: only taking the next one.
     assert help_keys(browser_for(supervisor).get(f"/tasks/{held.pk}/")) == everywhere | {"n"}
+
+
+def test_a_reason_longer_than_the_api_allows_is_refused_on_the_page_and_changes_nothing(
+    make_task, worker, browser_for
+):
+    """Pages are held to the API's 2,000 characters too (a 1 MB reason was kept before)."""
+    make_task()
+    task = task_take_next(worker=worker)
+    response = browser_for(worker).post(f"/tasks/{task.pk}/reject/",
+                                        {"reason": "x" * 2001, "version": task.version},
+                                        follow=True)
+    assert "The reason is 2,001 characters long; say it in at most 2,000." in (
+        response.content.decode())
+    task.refresh_from_db()
+    assert (task.state, task.reason, task.version) == (TaskState.IN_PROGRESS, "", 2)
