@@ -141,3 +141,14 @@ def test_sign_out_needs_a_post(client, make_user):
     assert client.get(reverse("inbox:home")).status_code == 200
     client.post(reverse("account_logout"))
     assert client.get(reverse("inbox:home")).status_code == 302
+
+
+@pytest.mark.parametrize(("password", "why"), [
+    ("Xy7!a", "too short"), ("password123", "too common"), ("48213756190", "entirely numeric"),
+])
+def test_a_short_common_or_numeric_password_is_refused(password, why):
+    from django.contrib.auth.password_validation import validate_password
+    from django.core.exceptions import ValidationError
+
+    with pytest.raises(ValidationError, match=why):
+        validate_password(password)
