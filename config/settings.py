@@ -362,6 +362,7 @@ AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = False
 AXES_RESET_ON_SUCCESS = False
 # Sign-ins and sign-outs are in the audit log (accounts.audit); axes keeps only attempts.
 AXES_DISABLE_ACCESS_LOG = True
+AXES_VERBOSE = False  # no banner at every process start; lockouts are in the audit log
 # allauth's own limits stay for everything else (password reset, sign-up, sign-in posts per
 # address...), by the same client address; failed sign-ins are axes' alone, so one counter
 # decides a lockout and the page can say until when.
