@@ -11,9 +11,12 @@ import re
 _ROW_ID = re.compile(r"[0-9]{1,18}", re.ASCII)
 
 
-def row_id(value: str | None) -> int | None:
-    """Return value as a row id (0 to 10^18 - 1), or None if it is not one."""
-    if value is None or not _ROW_ID.fullmatch(value):
+def row_id(value: str | None, *, minimum: int = 1) -> int | None:
+    """Return value as a row id (minimum to 10^18 - 1), or None if it is not one.
+
+    Rows are numbered from 1; an event cursor passes minimum=0 ("before the first").
+    """
+    if value is None or not _ROW_ID.fullmatch(value) or int(value) < minimum:
         return None
     return int(value)
 

@@ -49,7 +49,7 @@ def _last_event_id(request: HttpRequest) -> int | None:
     """Return the event the page is up to date with: the last one a reconnecting browser
     had (its Last-Event-ID header), else the one the page was rendered at (?since=)."""
     for value in (request.headers.get("Last-Event-ID"), request.GET.get("since")):
-        event_id = row_id(value)  # "²" or 30 digits: not an event id, try the next
+        event_id = row_id(value, minimum=0)  # "²" or 30 digits: no event id; the next
         if event_id is not None:
             return event_id
     return None

@@ -19,7 +19,8 @@ def test_a_crafted_row_id_is_not_one(value):
 
 
 def test_row_ids_are_ascii_digits_within_a_bigint():
-    assert row_id("0") == 0
+    assert row_id("0") is None  # rows count from 1
+    assert row_id("0", minimum=0) == 0  # an event cursor before the first event
     assert row_id("9" * 18) == 10**18 - 1
     assert row_id("9" * 19) is None
     assert row_id(None) is None
