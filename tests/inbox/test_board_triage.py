@@ -64,7 +64,7 @@ def test_a_supervisor_reads_who_holds_a_task_and_a_worker_reads_someone_else(
     task = make_task()
     task_claim(worker=worker, task_id=task.pk)
     other = make_worker({"invoice-review": 3})
-    assert f"{worker.email} holds this task." in text_of(
+    assert f"Someone else holds this task. Held by {worker.email}." in text_of(
         browser_for(supervisor).get(f"/tasks/{task.pk}/"))
     page = browser_for(other).get(f"/tasks/{task.pk}/")
     if page.status_code == 200:  # a worker may see tasks of their skill
