@@ -293,8 +293,8 @@ def triage_notes(*, tasks: list[Task], now: datetime.datetime) -> None:
         task.why, task.since = "", None
         task.deadline_label = clock_label(task=task, clock="overall")
         if task.state == TaskState.ESCALATED:
-            reason = getattr(task, "escalated_why", "")
-            task.why = "Escalated" + (f": {reason}" if reason else "")
+            # The state column says escalated; why is the escalation's reason.
+            task.why = getattr(task, "escalated_why", "") or "No reason recorded"
             task.since = getattr(task, "escalated_at", None)
         elif task.overall_deadline <= now:
             task.why, task.since = "The overall clock ran out", task.overall_deadline

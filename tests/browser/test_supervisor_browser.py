@@ -140,7 +140,8 @@ def test_supervisor_triages_an_escalated_task_with_the_keyboard(page, problems, 
     # Escalated and overdue first, apart, with why and since when.
     attention = page.locator("#board-attention")
     assert "INV-99" in attention.inner_text() and "INV-1\n" not in attention.inner_text()
-    assert "Escalated: The overall clock ran out" in attention.inner_text()
+    assert "The overall clock ran out; the supervisors have the escalation clock to act. (since" \
+        in attention.inner_text()
     assert "Escalation" in attention.locator(".clock-name").inner_text()
     page.get_by_role("link", name="1 escalated invoice-review").focus()
     page.keyboard.press("Enter")
