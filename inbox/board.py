@@ -11,15 +11,15 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db.models import Count, Min, Q, QuerySet
+from django.db.models import Count, F, Min, OuterRef, Q, QuerySet, Subquery
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from accounts.models import Skill, User
+from accounts.models import Availability, Skill, User, WorkerSkill
 from accounts.roles import Role
 from accounts.selectors import user_roles
-from inbox.models import HELD_STATES, OPEN_STATES, Task, TaskState
-from inbox.selectors import visible_tasks
+from inbox.models import HELD_STATES, OPEN_STATES, Task, TaskEvent, TaskState
+from inbox.selectors import excluded_by_separation, visible_tasks
 
 PAGE_SIZE = 50
 
@@ -33,8 +33,8 @@ SORTS: dict[str, tuple[str, bool]] = {
     "-priority": ("priority", False),
 }
 SORT_LABELS = {
-    "deadline": "Overall deadline, soonest first",
-    "-deadline": "Overall deadline, latest first",
+    "deadline": "Escalated and overdue first, then deadline soonest",
+    "-deadline": "Deadline, latest first",
     "created": "Created, oldest first",
     "-created": "Created, newest first",
     "priority": "Priority, highest first",
@@ -47,6 +47,34 @@ _AGE_SPANS = {"15m": datetime.timedelta(minutes=15), "1h": datetime.timedelta(ho
               "4h": datetime.timedelta(hours=4), "1d": datetime.timedelta(days=1),
               "7d": datetime.timedelta(days=7)}
 UNASSIGNED = "none"
+# How many escalated and overdue tasks the default order puts first, on its first page.
+ATTENTION_SIZE = 20
+
+# The clocks by the names the API, the docs and every page use (docs/CLOCKS.md). The overall
+# clock of an escalated task is the escalation clock: the same column, its own label.
+CLOCK_LABELS = {"offer": "Offer", "work": "Work", "overall": "Overall"}
+ESCALATION_LABEL = "Escalation"
+
+
+def clock_label(*, task: Task, clock: str) -> str:
+    """Return the name the pages give the task's clock ("Escalation" once it escalated)."""
+    if clock == "overall" and task.state == TaskState.ESCALATED:
+        return ESCALATION_LABEL
+    return CLOCK_LABELS[clock]
+
+
+def overdue_q(now: datetime.datetime) -> Q:
+    """Return the condition of an overdue task: a running clock has passed its deadline."""
+    return (
+        Q(overall_deadline__lte=now)
+        | Q(state=TaskState.OFFERED, offer_deadline__lte=now)
+        | Q(state=TaskState.IN_PROGRESS, work_deadline__lte=now)
+    )
+
+
+def attention_q(now: datetime.datetime) -> Q:
+    """Return the condition of a task that needs a supervisor: escalated or overdue."""
+    return Q(state=TaskState.ESCALATED) | overdue_q(now)
 
 
 def is_supervisor(*, user: User) -> bool:
@@ -62,10 +90,7 @@ def supervised_tasks(*, supervisor: User, escalated: bool = False,
     if escalated:
         tasks = tasks.filter(state=TaskState.ESCALATED)
     if overdue:
-        tasks = tasks.filter(
-            Q(state=TaskState.ESCALATED) | Q(overall_deadline__lte=now)
-            | Q(work_deadline__lte=now) | Q(offer_deadline__lte=now)
-        )
+        tasks = tasks.filter(attention_q(now))
     return tasks.select_related("skill", "assignee").order_by("overall_deadline")
 
 
@@ -81,11 +106,7 @@ def skill_counts(*, skills: list[Skill], now: datetime.datetime) -> list[dict[st
 
     One aggregate query for every skill together.
     """
-    overdue = (
-        Q(overall_deadline__lte=now)
-        | Q(state=TaskState.OFFERED, offer_deadline__lte=now)
-        | Q(state=TaskState.IN_PROGRESS, work_deadline__lte=now)
-    )
+    overdue = overdue_q(now)
     rows = {
         row["skill_id"]: row
         for row in Task.objects.filter(skill__in=skills, state__in=OPEN_STATES)
@@ -136,6 +157,7 @@ class Filters:
     process: str = ""
     assignee: str = ""
     age: str = ""
+    overdue: bool = False
     sort: str = "deadline"
     after: tuple[Any, str] | None = None
     problems: list[str] = field(default_factory=list)
@@ -159,6 +181,12 @@ class Filters:
             filters.problems.append(f"Unknown age {_shown(age)}: showing every age.")
         else:
             filters.age = age
+        overdue = query.get("overdue", "").strip()
+        if overdue and overdue != "1":
+            filters.problems.append(f"Unknown overdue {_shown(overdue)}: say 1 or nothing; "
+                                    "showing every task.")
+        else:
+            filters.overdue = overdue == "1"
         if filters.sort not in SORTS:
             filters.problems.append(f"Unknown order {_shown(filters.sort)}: by deadline.")
             filters.sort = "deadline"
@@ -169,12 +197,23 @@ class Filters:
                 filters.problems.append("That page link is broken: showing the first page.")
         return filters
 
+    @property
+    def attention_first(self) -> bool:
+        """Whether escalated and overdue tasks come first, apart (the default order)."""
+        return (self.sort == "deadline" and not self.overdue
+                and self.state != TaskState.ESCALATED)
 
-def board_tasks(*, user: User, filters: Filters, now: datetime.datetime,
-                size: int = PAGE_SIZE) -> tuple[list[Task], str | None]:
-    """Return one page of the open tasks the user supervises, and the next page's cursor."""
+
+def _filtered(*, user: User, filters: Filters, now: datetime.datetime) -> QuerySet[Task]:
+    """Return the open tasks the user supervises that the filters select, in no order."""
+    # The latest escalation of each row shown (an escalated row's why and since), read
+    # in the same query for the rows of the page only.
+    escalation = (TaskEvent.objects.filter(task_id=OuterRef("pk"), to_state=TaskState.ESCALATED)
+                  .order_by("-version"))
     tasks = (visible_tasks(user=user).filter(state__in=OPEN_STATES)
-             .select_related("skill", "assignee"))
+             .select_related("skill", "assignee")
+             .annotate(escalated_at=Subquery(escalation.values("at")[:1]),
+                       escalated_why=Subquery(escalation.values("reason")[:1])))
     if filters.skill:
         tasks = tasks.filter(skill__slug=filters.skill)
     if filters.state:
@@ -187,6 +226,39 @@ def board_tasks(*, user: User, filters: Filters, now: datetime.datetime,
         tasks = tasks.filter(assignee__email__iexact=filters.assignee)
     if filters.age:
         tasks = tasks.filter(created_at__lte=now - _AGE_SPANS[filters.age])
+    if filters.overdue:
+        tasks = tasks.filter(overdue_q(now))
+    return tasks
+
+
+def attention_tasks(*, user: User, filters: Filters,
+                    now: datetime.datetime) -> tuple[list[Task], bool]:
+    """Return the escalated and overdue tasks the default order shows first, soonest
+    deadline first, at most ATTENTION_SIZE, and whether there are more; each with why and
+    since when (see triage_notes). Other orders show none apart.
+    """
+    if not filters.attention_first:
+        return [], False
+    rows = list(_filtered(user=user, filters=filters, now=now).filter(attention_q(now))
+                .order_by("overall_deadline", "id")[:ATTENTION_SIZE + 1])
+    triage_notes(tasks=rows, now=now)
+    return rows[:ATTENTION_SIZE], len(rows) > ATTENTION_SIZE
+
+
+def board_tasks(*, user: User, filters: Filters, now: datetime.datetime,
+                size: int = PAGE_SIZE) -> tuple[list[Task], str | None]:
+    """Return one page of the open tasks the user supervises, and the next page's cursor.
+
+    In the default order the escalated and overdue ones are left out: attention_tasks
+    shows them first. The bound on overall_deadline is an index condition there.
+    """
+    tasks = _filtered(user=user, filters=filters, now=now)
+    if filters.attention_first:
+        tasks = tasks.filter(
+            Q(overall_deadline__gt=now), ~Q(state=TaskState.ESCALATED),
+            ~Q(state=TaskState.OFFERED, offer_deadline__lte=now),
+            ~Q(state=TaskState.IN_PROGRESS, work_deadline__lte=now),
+        )
     column, descending = SORTS[filters.sort]
     if filters.after is not None:
         value, last_id = filters.after
@@ -203,26 +275,73 @@ def board_tasks(*, user: User, filters: Filters, now: datetime.datetime,
                                  | Q(**{column: value, "id__gt": last_id}))
     prefix = "-" if descending else ""
     rows = list(tasks.order_by(f"{prefix}{column}", f"{prefix}id")[:size + 1])
+    triage_notes(tasks=rows[:size], now=now)
     if len(rows) <= size:
         return rows, None
     last = rows[size - 1]
     return rows[:size], _cursor(getattr(last, column), last.pk)
 
 
-def eligible_workers(*, task: Task) -> QuerySet[User]:
-    """Return active workers holding the task's skill at its proficiency, with their load."""
-    return (
+def triage_notes(*, tasks: list[Task], now: datetime.datetime) -> None:
+    """Set ``why`` and ``since`` on each escalated or overdue task ("" and None on others),
+    and ``deadline_label``: the name of the clock the overall_deadline column runs.
+
+    Overdue: the clock that ran out, since its deadline. Escalated: since the escalation
+    and its reason, from the history (annotated by _filtered: no query of its own).
+    """
+    for task in tasks:
+        task.why, task.since = "", None
+        task.deadline_label = clock_label(task=task, clock="overall")
+        if task.state == TaskState.ESCALATED:
+            # The state column says escalated; why is the escalation's reason.
+            task.why = getattr(task, "escalated_why", "") or "No reason recorded"
+            task.since = getattr(task, "escalated_at", None)
+        elif task.overall_deadline <= now:
+            task.why, task.since = "The overall clock ran out", task.overall_deadline
+        elif (task.state == TaskState.OFFERED and task.offer_deadline
+              and task.offer_deadline <= now):
+            task.why, task.since = "The offer clock ran out", task.offer_deadline
+        elif (task.state == TaskState.IN_PROGRESS and task.work_deadline
+              and task.work_deadline <= now):
+            task.why, task.since = "The work clock ran out", task.work_deadline
+
+
+def escalation_of(*, task: Task) -> TaskEvent | None:
+    """Return the event that escalated the task (its latest escalation), or None."""
+    return (TaskEvent.objects.filter(task=task, to_state=TaskState.ESCALATED)
+            .order_by("-version").first())
+
+
+def eligible_workers(*, task: Task) -> list[User]:
+    """Return the workers who may take the task now, most free capacity first.
+
+    The conditions of inbox.selectors.eligibility_problem (active, a worker, the skill at
+    the task's proficiency, separation of duties) and of the reassign's capacity check
+    (what they hold below their capacity), and available: only workers a reassign to
+    them would not refuse. Each carries ``load``, ``free`` and ``proficiency``.
+    """
+    proficiency = WorkerSkill.objects.filter(worker=OuterRef("pk"), skill_id=task.skill_id)
+    workers = list(
         User.objects.filter(
             is_active=True,
+            availability=Availability.AVAILABLE,
             worker_skills__skill_id=task.skill_id,
             worker_skills__proficiency__gte=task.min_proficiency,
         )
         .filter(Q(groups__name=Role.WORKER) | Q(is_superuser=True))
         .exclude(pk=task.assignee_id or 0)
         .annotate(load=Count("held_tasks", filter=Q(held_tasks__state__in=HELD_STATES),
-                             distinct=True))
-        .order_by("email")
+                             distinct=True),
+                  proficiency=Subquery(proficiency.values("proficiency")[:1]))
+        .annotate(free=F("capacity") - F("load"))
+        .filter(load__lt=F("capacity"))
+        .order_by("-free", "email")
     )
+    if task.exclude_workers_of:
+        # The selector itself, one query per candidate, only for tasks that exclude stages.
+        workers = [worker for worker in workers
+                   if not excluded_by_separation(user=worker, task=task)]
+    return workers
 
 
 def bulk_workers(*, skills: list[Skill]) -> QuerySet[User]:

@@ -50,6 +50,8 @@ def supervisor_board(request: HttpRequest) -> HttpResponse:
     filters = board.Filters.from_query(request.GET)
     skills = list(board.supervised_skills(user=request.user))
     tasks, cursor = board.board_tasks(user=request.user, filters=filters, now=now)
+    attention, more_attention = ([], False) if filters.after else board.attention_tasks(
+        user=request.user, filters=filters, now=now)
     next_query = None
     if cursor:
         query = request.GET.copy()
@@ -57,6 +59,8 @@ def supervisor_board(request: HttpRequest) -> HttpResponse:
         next_query = query.urlencode()
     first_query = request.GET.copy()
     first_query.pop("after", None)
+    overdue_query = first_query.copy()
+    overdue_query["overdue"] = "1"
     return render(
         request,
         "supervisor/board.html",
@@ -64,6 +68,9 @@ def supervisor_board(request: HttpRequest) -> HttpResponse:
             "now": now,
             "counts": board.skill_counts(skills=skills, now=now),
             "tasks": tasks,
+            "attention": attention,
+            "more_attention": more_attention,
+            "overdue_query": overdue_query.urlencode(),
             "filters": filters,
             "paged": filters.after is not None,
             "next_query": next_query,
@@ -73,7 +80,8 @@ def supervisor_board(request: HttpRequest) -> HttpResponse:
             "ages": board.AGES,
             "workers": list(board.bulk_workers(skills=skills)),
             "bulk_actions": BULK_ACTIONS.items(),
-            "clocks": supervisor.CLOCKS,
+            "clocks": [(clock, board.CLOCK_LABELS[clock]) for clock in supervisor.CLOCKS],
+            "escalation_label": board.ESCALATION_LABEL,
             "live_url": stream,
         },
         # A bad filter or page link: the list without it, under the message saying so.
@@ -93,8 +101,12 @@ def supervisor_panel(request: HttpRequest, task: Task) -> dict[str, Any] | None:
         access_task(user=request.user, task_id=task.pk, action="manage")
     except NotFound:
         return None
-    running = [clock for clock in supervisor.CLOCKS if _clock_running(task, clock)]
-    return {"workers": list(board.eligible_workers(task=task)), "clocks": running}
+    running = [(clock, board.clock_label(task=task, clock=clock))
+               for clock in supervisor.CLOCKS if _clock_running(task, clock)]
+    escalation = (board.escalation_of(task=task) if task.state == TaskState.ESCALATED
+                  else None)
+    return {"workers": board.eligible_workers(task=task), "clocks": running,
+            "escalation": escalation}
 
 
 def timeline_panel(request: HttpRequest, task: Task) -> dict[str, Any] | None:
@@ -141,10 +153,20 @@ task_reassign_page = task_action(
 task_return_page = task_action(
     calls(supervisor.task_return, actor="supervisor", reason=posted("reason")),
     done="Returned to the queue: {task.title}.")
+_extend = calls(supervisor.task_extend, actor="supervisor", clock=posted("clock"),
+               seconds=_posted_seconds, reason=posted("reason"))
+
+
+def _extend_named(request: HttpRequest, task_id: Any) -> Task:
+    """Extend, and name the clock as the task page does (the escalation clock, once
+    escalated) for the message."""
+    task = _extend(request, task_id)
+    task.extended_clock = board.clock_label(task=task, clock=request.POST["clock"]).lower()
+    return task
+
+
 task_extend_page = task_action(
-    calls(supervisor.task_extend, actor="supervisor", clock=posted("clock"),
-          seconds=_posted_seconds, reason=posted("reason")),
-    done="Extended the {post[clock]} clock: {task.title}.")
+    _extend_named, done="Extended the {task.extended_clock} clock: {task.title}.")
 task_abort_page = task_action(
     calls(supervisor.task_abort, actor="supervisor", reason=posted("reason")),
     done="Aborted: {task.title}.")

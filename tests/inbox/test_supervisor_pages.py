@@ -49,7 +49,8 @@ def test_board_counts_each_supervised_skill_by_state(make_task, supervisor, work
     assert row["skill"].slug == "invoice-review"
     assert (row["queued"], row["offered"], row["in_progress"], row["escalated"]) == (2, 0, 1, 1)
     assert row["oldest"] is not None
-    assert len(page.context["tasks"]) == 4
+    # The escalated one first, apart from the others.
+    assert len(page.context["attention"]) == 1 and len(page.context["tasks"]) == 3
     html = page.content.decode()
     assert "updated <time" in html and "data-refresh-seconds=\"15\"" in html
 
@@ -167,6 +168,8 @@ def test_the_board_uses_the_same_bounded_number_of_queries_for_5_and_200_tasks(
         make_task()
     task_take_next(worker=worker)
     with CaptureQueriesContext(connection) as small:
+        assert client.get("/supervisor/?sort=priority").status_code == 200
+    with CaptureQueriesContext(connection) as small_default:
         assert client.get("/supervisor/").status_code == 200
     for number in range(195):
         make_task(skill=["invoice-review", "finance-approval"][number % 2],
@@ -181,6 +184,12 @@ def test_the_board_uses_the_same_bounded_number_of_queries_for_5_and_200_tasks(
     assert len(large) == len(small)
     with django_assert_max_num_queries(10):
         assert client.get(f"/supervisor/?{page.context['next_query']}").status_code == 200
+    escalated_task(make_task)  # the default order shows it first, apart
+    with django_assert_max_num_queries(10):
+        with CaptureQueriesContext(connection) as large_default:
+            page = client.get("/supervisor/")
+            assert page.status_code == 200 and len(page.context["attention"]) == 1
+    assert len(large_default) == len(small_default)
 
 
 # Actions on the task page ----------------------------------------------------------------------
