@@ -240,3 +240,29 @@ def test_the_admin_runs_under_the_strict_policy(page, problems, make_user, make_
         assert response.status == 200, path
         assert "script-src 'self'" in response.headers["content-security-policy"]
         page.locator("#content").wait_for()
+
+
+def test_complete_goes_home_holding_nothing_and_ctrl_enter_completes_and_opens_the_next(
+    page, problems, make_task, make_worker
+):
+    ana = make_worker({"invoice-review": 4}, email="ana@example.com", password=PASSWORD)
+    for number in (1, 2, 3):
+        make_task(title=f"Review invoice INV-{number}", priority=50 - number)
+    sign_in(page, "ana@example.com")
+    page.keyboard.press("n")
+    open_task_titled(page, "Review invoice INV-1")
+    page.keyboard.press("1")
+    page.keyboard.press("Control+Enter")  # the keyboard's default: complete and next
+    open_task_titled(page, "Review invoice INV-2")
+    assert page.get_by_role("status").inner_text() == "Completed: Review invoice INV-1."
+
+    # Plain Complete: back to My queues, no new task taken, INV-3 still waits.
+    page.keyboard.press("1")
+    page.get_by_role("button", name="Complete", exact=True).focus()
+    page.keyboard.press("Enter")
+    at_home(page)
+    assert page.get_by_role("status").inner_text() == "Completed: Review invoice INV-2."
+    assert page.get_by_text("You hold no task and have no offer waiting.").is_visible()
+    assert not Task.objects.filter(assignee=ana, state__in=[TaskState.OFFERED,
+                                                            TaskState.IN_PROGRESS]).exists()
+    assert Task.objects.get(title="Review invoice INV-3").state == TaskState.QUEUED

@@ -4,6 +4,7 @@
 // style, so pages only mark things up with data attributes and this file wires them:
 //   [data-shortcut="n"]    a button the key clicks          [data-opens="id"]  opens a <dialog>
 //   form[data-ctrl-enter]  the form Ctrl+Enter submits      [data-choice]      keys 1..9 pick
+//     (with its [data-ctrl-enter-submits] button, if it has one)
 //   [data-nav-row]         a row j/k move to                [data-search]      the filter box
 //   time[data-deadline]    a countdown                      time[data-since]   an age
 //   [data-needs-script]    shown only once this file runs (a control that needs it)
@@ -167,7 +168,9 @@ function inboxFetchPage(gone) {
       form = document.querySelector("form[data-ctrl-enter]");
     }
     if (!form) return false;
-    form.requestSubmit();
+    // The answer form's "Complete and next": the same button a click would post.
+    var submitter = form.querySelector("[data-ctrl-enter-submits]");
+    form.requestSubmit(submitter || undefined);
     return true;
   }
 
