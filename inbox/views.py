@@ -108,11 +108,10 @@ def _complete(request: HttpRequest, task_id: UUID) -> Task | HttpResponse:
                                     answer=answer_form.answer(),
                                     expected_version=posted_version(request))
     except FormInvalid as exc:
-        problems = "; ".join(
-            f"{(form.field(name).label if form.field(name) else name)}: {message}"
-            for name, message in exc.errors.items()
-        )
-        messages.error(request, f"The answer needs another look. {problems}.")
+        # Each problem is shown at its field; the message names the fields, once.
+        labels = ", ".join(form.field(name).label if form.field(name) else name
+                           for name in exc.errors)
+        messages.error(request, f"The answer needs another look: see {labels}.")
         return task_page(request, task, answer_form=answer_form, status=400)
 
 

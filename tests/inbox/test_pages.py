@@ -151,6 +151,12 @@ def test_a_fresh_task_page_shows_the_empty_form_and_focuses_the_title(
     assert " checked" not in html and re.search(r"<textarea[^>]*></textarea>", html)
     assert 'aria-describedby="field-comment-help"' in html
     assert '<kbd aria-hidden="true">1</kbd> Approve' in html
+    # The comment is required only for a Reject: the script reads when, and what to say.
+    textarea = re.search(r"<textarea[^>]*>", html).group(0)
+    assert " required" not in textarea
+    assert 'data-required-if="{&quot;decision&quot;: [&quot;reject&quot;]}"' in textarea
+    assert 'data-required-message="Required when decision is reject"' in textarea
+    assert ">Reject without answering… <kbd" in html  # not to be taken for the answer
 
 
 def test_a_bad_answer_shows_the_error_at_the_field_and_changes_nothing(
@@ -167,13 +173,12 @@ def test_a_bad_answer_shows_the_error_at_the_field_and_changes_nothing(
     assert 'aria-invalid="true"' in textarea
     assert 'aria-describedby="field-comment-error field-comment-help"' in textarea
     assert "autofocus" in textarea  # focus lands on the first invalid field
-    assert '<p class="field-error" id="field-comment-error">Required when decision is reject' \
+    assert '<p class="field-error" id="field-comment-error">Required when decision is reject<' \
         in html
+    assert 'data-required-message="Required when decision is reject"' in textarea  # the same
     assert re.search(r'value="reject" checked', html)  # the answer given is kept
     assert 'id="task-title" tabindex="-1">' in html  # the title gives up autofocus
-    assert messages_of(response) == [
-        "The answer needs another look. Comment: required when decision is reject."
-    ]
+    assert messages_of(response) == ["The answer needs another look: see Comment."]
     task.refresh_from_db()
     assert (task.state, task.answer) == (TaskState.IN_PROGRESS, None)
     assert not Outbox.objects.exists()
@@ -194,7 +199,7 @@ def test_a_checkbox_left_unticked_is_not_posted_and_is_refused_when_required(
     assert " checked" not in checkbox
     assert '<p class="field-error" id="field-done-error">Required</p>' in html
     assert re.search(r'<textarea[^>]*>  seen </textarea>', html)  # kept as typed
-    assert messages_of(response) == ["The answer needs another look. Done: required."]
+    assert messages_of(response) == ["The answer needs another look: see Done."]
     response = client.post(f"/tasks/{task.pk}/complete/",
                            {"done": "true", "note": "  seen ", "version": task.version})
     assert response.status_code == 302
