@@ -7,6 +7,7 @@ markup (radio keys 1..9, ids, aria-describedby); each value and error comes from
 bound field.
 """
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -79,6 +80,24 @@ class AnswerField:
     def choices(self) -> list[Choice]:
         return [Choice(value=value, label=label, checked=str(self.value) == value)
                 for value, label in self.field.choices]
+
+    @property
+    def required_if_json(self) -> str:
+        """Return the field's required_if as JSON ({"decision": ["reject"]}) for the page's
+        script, which marks the field required while one of those values is picked; blank
+        for a field that is always required or never."""
+        if self.field.required or not self.field.required_if:
+            return ""
+        return json.dumps({other: list(values) for other, values in self.field.required_if})
+
+    @property
+    def required_if_message(self) -> str:
+        """Return what the server says of the field left empty when required_if needs it
+        (processes.forms.AnswerForm.clean), as the field's error shows it: the script shows
+        the same words before anything is sent."""
+        when = ", ".join(f"{other} is {' or '.join(map(str, values))}"
+                         for other, values in self.field.required_if)
+        return f"Required when {when}"
 
     @property
     def checked(self) -> bool:

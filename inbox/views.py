@@ -108,16 +108,27 @@ def _complete(request: HttpRequest, task_id: UUID) -> Task | HttpResponse:
                                     answer=answer_form.answer(),
                                     expected_version=posted_version(request))
     except FormInvalid as exc:
-        problems = "; ".join(
-            f"{(form.field(name).label if form.field(name) else name)}: {message}"
-            for name, message in exc.errors.items()
-        )
-        messages.error(request, f"The answer needs another look. {problems}.")
+        # Each problem is shown at its field; the message names the fields, once.
+        labels = ", ".join(form.field(name).label if form.field(name) else name
+                           for name in exc.errors)
+        messages.error(request, f"The answer needs another look: see {labels}.")
         return task_page(request, task, answer_form=answer_form, status=400)
 
 
+def _after_complete(request: HttpRequest, task: Task) -> HttpResponse:
+    """Open the next task if the reviewer asked for it ("Complete and next"), else go home.
+
+    Plain Complete takes nothing: the last task of a day leaves no fresh task held, its work
+    clock running.
+    """
+    if request.POST.get("then") == "next":
+        return _open_next(request, task)
+    return to_home(request, task)
+
+
 # Each action: the service it calls with what the page posts, what it says, where it goes.
-task_complete_page = task_action(_complete, done="Completed: {task.title}.", then=_open_next)
+task_complete_page = task_action(_complete, done="Completed: {task.title}.",
+                                 then=_after_complete)
 task_reject_page = task_action(
     calls(worker.task_reject, reason=posted("reason")), done="Rejected: {task.title}.",
     then=_open_next, form=lambda request, task_id: _reason_page(request, task_id, "reject"))

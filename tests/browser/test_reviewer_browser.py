@@ -104,7 +104,9 @@ def test_reviewer_takes_answers_and_rejects_tasks_with_the_keyboard_only(
     open_task_titled(page, "Review invoice INV-3")
 
     # r asks why; Enter confirms; the queue is empty now, so home says so.
+    assert page.get_by_role("link", name="Reject without answering…").is_visible()
     page.keyboard.press("r")
+    page.get_by_role("dialog", name="Reject the task without answering").wait_for()
     reason = page.get_by_role("textbox", name="Why do you reject it?")
     reason.wait_for()
     assert focused(page) == "reject-reason"
@@ -123,21 +125,59 @@ def test_reviewer_takes_answers_and_rejects_tasks_with_the_keyboard_only(
     assert answers["Review invoice INV-2"] == {"decision": "approve", "comment": None}
 
 
-def test_a_bad_answer_puts_focus_on_the_field_and_says_why(
+def test_reject_without_a_comment_is_stopped_in_the_browser_with_the_servers_words(
     page, screenshot, problems, make_task, make_worker
 ):
+    """The comment a Reject needs is asked for before anything is sent, once, at the field."""
     make_worker({"invoice-review": 4}, email="ana@example.com", password=PASSWORD)
     make_task(title="Review invoice INV-5")
     sign_in(page, "ana@example.com")
     page.keyboard.press("n")
     open_task_titled(page, "Review invoice INV-5")
-    page.keyboard.press("2")  # Reject, and no comment: the server refuses it
+    posted: list[str] = []
+    page.on("request", lambda request: posted.append(request.url)
+            if request.method == "POST" else None)
+    comment = page.get_by_role("textbox", name="Comment")
+    assert comment.get_attribute("required") is None  # Approve needs none
+    page.keyboard.press("2")  # Reject, and no comment
+    assert comment.get_attribute("required") is not None
+    page.keyboard.press("Control+Enter")
+    page.wait_for_function("document.activeElement.id === 'field-comment'")
+    assert comment.evaluate("el => el.validationMessage") == "Required when decision is reject"
+    assert posted == []
+    assert Task.objects.get().state == TaskState.IN_PROGRESS
+    page.keyboard.press("Escape")
+    page.keyboard.press("1")  # Approve: the comment is optional again
+    assert comment.get_attribute("required") is None
+    assert comment.evaluate("el => el.validity.valid")
+    page.keyboard.press("2")
+    page.get_by_role("textbox", name="Comment").focus()
+    page.keyboard.type("Wrong supplier.")
+    page.keyboard.press("Control+Enter")
+    at_home(page)
+    assert Task.objects.get().answer == {"decision": "reject", "comment": "Wrong supplier."}
+
+
+def test_a_bad_answer_the_server_refuses_puts_focus_on_the_field_and_says_why_once(
+    page, screenshot, problems, make_task, make_worker
+):
+    """The server keeps its own check: a form posted without the browser's check (here made
+    novalidate) comes back with the error at its field, not repeated at the top."""
+    make_worker({"invoice-review": 4}, email="ana@example.com", password=PASSWORD)
+    make_task(title="Review invoice INV-5")
+    sign_in(page, "ana@example.com")
+    page.keyboard.press("n")
+    open_task_titled(page, "Review invoice INV-5")
+    page.keyboard.press("2")
+    page.evaluate("document.getElementById('answer-form').noValidate = true")
     page.keyboard.press("Control+Enter")
     page.locator("#field-comment-error").wait_for()
     page.wait_for_function("document.activeElement.id === 'field-comment'")  # autofocus
     comment = page.get_by_role("textbox", name="Comment")
     assert comment.get_attribute("aria-invalid") == "true"
-    assert page.get_by_role("status").inner_text().startswith("The answer needs another look.")
+    status = page.get_by_role("status").inner_text()
+    assert status == "The answer needs another look: see Comment."
+    assert page.get_by_text("Required when decision is reject").count() == 1
     screenshot(page, "reviewer-answer-error")
     page.keyboard.type("Wrong supplier.")
     page.keyboard.press("Control+Enter")
@@ -240,3 +280,29 @@ def test_the_admin_runs_under_the_strict_policy(page, problems, make_user, make_
         assert response.status == 200, path
         assert "script-src 'self'" in response.headers["content-security-policy"]
         page.locator("#content").wait_for()
+
+
+def test_complete_goes_home_holding_nothing_and_ctrl_enter_completes_and_opens_the_next(
+    page, problems, make_task, make_worker
+):
+    ana = make_worker({"invoice-review": 4}, email="ana@example.com", password=PASSWORD)
+    for number in (1, 2, 3):
+        make_task(title=f"Review invoice INV-{number}", priority=50 - number)
+    sign_in(page, "ana@example.com")
+    page.keyboard.press("n")
+    open_task_titled(page, "Review invoice INV-1")
+    page.keyboard.press("1")
+    page.keyboard.press("Control+Enter")  # the keyboard's default: complete and next
+    open_task_titled(page, "Review invoice INV-2")
+    assert page.get_by_role("status").inner_text() == "Completed: Review invoice INV-1."
+
+    # Plain Complete: back to My queues, no new task taken, INV-3 still waits.
+    page.keyboard.press("1")
+    page.get_by_role("button", name="Complete", exact=True).focus()
+    page.keyboard.press("Enter")
+    at_home(page)
+    assert page.get_by_role("status").inner_text() == "Completed: Review invoice INV-2."
+    assert page.get_by_text("You hold no task and have no offer waiting.").is_visible()
+    assert not Task.objects.filter(assignee=ana, state__in=[TaskState.OFFERED,
+                                                            TaskState.IN_PROGRESS]).exists()
+    assert Task.objects.get(title="Review invoice INV-3").state == TaskState.QUEUED

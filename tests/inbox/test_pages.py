@@ -151,6 +151,12 @@ def test_a_fresh_task_page_shows_the_empty_form_and_focuses_the_title(
     assert " checked" not in html and re.search(r"<textarea[^>]*></textarea>", html)
     assert 'aria-describedby="field-comment-help"' in html
     assert '<kbd aria-hidden="true">1</kbd> Approve' in html
+    # The comment is required only for a Reject: the script reads when, and what to say.
+    textarea = re.search(r"<textarea[^>]*>", html).group(0)
+    assert " required" not in textarea
+    assert 'data-required-if="{&quot;decision&quot;: [&quot;reject&quot;]}"' in textarea
+    assert 'data-required-message="Required when decision is reject"' in textarea
+    assert ">Reject without answering… <kbd" in html  # not to be taken for the answer
 
 
 def test_a_bad_answer_shows_the_error_at_the_field_and_changes_nothing(
@@ -167,13 +173,12 @@ def test_a_bad_answer_shows_the_error_at_the_field_and_changes_nothing(
     assert 'aria-invalid="true"' in textarea
     assert 'aria-describedby="field-comment-error field-comment-help"' in textarea
     assert "autofocus" in textarea  # focus lands on the first invalid field
-    assert '<p class="field-error" id="field-comment-error">Required when decision is reject' \
+    assert '<p class="field-error" id="field-comment-error">Required when decision is reject<' \
         in html
+    assert 'data-required-message="Required when decision is reject"' in textarea  # the same
     assert re.search(r'value="reject" checked', html)  # the answer given is kept
     assert 'id="task-title" tabindex="-1">' in html  # the title gives up autofocus
-    assert messages_of(response) == [
-        "The answer needs another look. Comment: required when decision is reject."
-    ]
+    assert messages_of(response) == ["The answer needs another look: see Comment."]
     task.refresh_from_db()
     assert (task.state, task.answer) == (TaskState.IN_PROGRESS, None)
     assert not Outbox.objects.exists()
@@ -194,7 +199,7 @@ def test_a_checkbox_left_unticked_is_not_posted_and_is_refused_when_required(
     assert " checked" not in checkbox
     assert '<p class="field-error" id="field-done-error">Required</p>' in html
     assert re.search(r'<textarea[^>]*>  seen </textarea>', html)  # kept as typed
-    assert messages_of(response) == ["The answer needs another look. Done: required."]
+    assert messages_of(response) == ["The answer needs another look: see Done."]
     response = client.post(f"/tasks/{task.pk}/complete/",
                            {"done": "true", "note": "  seen ", "version": task.version})
     assert response.status_code == 302
@@ -202,12 +207,45 @@ def test_a_checkbox_left_unticked_is_not_posted_and_is_refused_when_required(
     assert task.answer == {"done": True, "note": "  seen "}
 
 
-def test_complete_opens_the_next_task(make_task, worker, browser_for):
+def test_the_answer_form_offers_complete_and_complete_and_next_as_plain_submit_buttons(
+    make_task, worker, browser_for
+):
+    """Both work without the script; the first (Enter's default) is Complete and next."""
+    make_task()
+    task = task_take_next(worker=worker)
+    html = browser_for(worker).get(f"/tasks/{task.pk}/").content.decode()
+    form = re.search(r'<form [^>]*id="answer-form".*?</form>', html, re.S).group(0)
+    buttons = re.findall(r"<button [^>]*>.*?</button>", form, re.S)
+    assert len(buttons) == 2
+    assert re.match(r'<button type="submit" name="then" value="next" class="primary"[^>]*>'
+                    r'Complete and next <kbd aria-hidden="true">Ctrl\+Enter</kbd></button>',
+                    buttons[0])
+    assert re.match(r'<button type="submit" class="secondary"[^>]*>Complete</button>',
+                    buttons[1])
+
+
+def test_plain_complete_goes_home_and_takes_no_new_task(make_task, worker, browser_for):
+    """The last task of a day leaves the reviewer holding nothing, no work clock running."""
     make_task(title="first")
     make_task(title="second")
     first = task_take_next(worker=worker)
     response = browser_for(worker).post(f"/tasks/{first.pk}/complete/",
                                         {"decision": "approve", "version": first.version},
+                                        follow=True)
+    assert response.redirect_chain == [("/", 302)]
+    assert messages_of(response) == ["Completed: first."]
+    assert not Task.objects.filter(assignee=worker, state__in=[
+        TaskState.OFFERED, TaskState.IN_PROGRESS]).exists()
+    assert Task.objects.get(title="second").state == TaskState.QUEUED
+
+
+def test_complete_and_next_opens_the_next_task(make_task, worker, browser_for):
+    make_task(title="first")
+    make_task(title="second")
+    first = task_take_next(worker=worker)
+    response = browser_for(worker).post(f"/tasks/{first.pk}/complete/",
+                                        {"decision": "approve", "version": first.version,
+                                         "then": "next"},
                                         follow=True)
     second = held(worker)
     assert second.title == "second"
@@ -218,11 +256,13 @@ def test_complete_opens_the_next_task(make_task, worker, browser_for):
     assert first.answer == {"decision": "approve", "comment": None}
 
 
-def test_completing_the_last_task_goes_home_with_a_message(make_task, worker, browser_for):
+def test_complete_and_next_of_the_last_task_goes_home_with_a_message(make_task, worker,
+                                                                     browser_for):
     make_task()
     task = task_take_next(worker=worker)
     response = browser_for(worker).post(f"/tasks/{task.pk}/complete/",
-                                        {"decision": "approve", "version": task.version},
+                                        {"decision": "approve", "version": task.version,
+                                         "then": "next"},
                                         follow=True)
     assert response.redirect_chain == [("/", 302)]
     assert messages_of(response) == [f"Completed: {task.title}.",
@@ -316,7 +356,7 @@ def test_decline_an_offer_with_a_reason_goes_home(make_task, make_worker, check_
     assert task.passes.get().reason == "Conflict of interest"
 
 
-def test_completing_a_push_task_opens_the_next_offer(make_task, make_worker, check_skill,
+def test_complete_and_next_of_a_push_task_opens_the_next_offer(make_task, make_worker, check_skill,
                                                     browser_for):
     """A worker of push queues only has no queue to take from: the next offer opens."""
     checker = make_worker({"document-check": 3})
@@ -326,7 +366,8 @@ def test_completing_a_push_task_opens_the_next_offer(make_task, make_worker, che
         task_dispatch(task_id=task.pk)
     first = task_accept(worker=checker, task_id=first.pk)
     response = browser_for(checker).post(f"/tasks/{first.pk}/complete/",
-                                         {"done": "true", "version": first.version})
+                                         {"done": "true", "version": first.version,
+                                          "then": "next"})
     assert response["Location"] == f"/tasks/{second.pk}/"
 
 
@@ -361,7 +402,8 @@ def test_no_page_shows_a_task_token(make_task, make_worker, make_user, check_ski
     task_dispatch(task_id=offer.pk)
     client = browser_for(worker)
     pages = [client.post("/tasks/next/", follow=True)]
-    for action, data in [("complete", {"decision": "approve"}), ("reject", {"reason": "no"}),
+    for action, data in [("complete", {"decision": "approve", "then": "next"}),
+                         ("reject", {"reason": "no"}),
                          ("complete", {"decision": "reject"})]:  # the last one is a bad answer
         task = held(worker)
         pages.append(client.post(f"/tasks/{task.pk}/{action}/", data, follow=True))

@@ -4,6 +4,8 @@
 // style, so pages only mark things up with data attributes and this file wires them:
 //   [data-shortcut="n"]    a button the key clicks          [data-opens="id"]  opens a <dialog>
 //   form[data-ctrl-enter]  the form Ctrl+Enter submits      [data-choice]      keys 1..9 pick
+//     (with its [data-ctrl-enter-submits] button, if it has one)
+//   [data-required-if]     required while another field has one of the values it names
 //   [data-nav-row]         a row j/k move to                [data-search]      the filter box
 //   time[data-deadline]    a countdown                      time[data-since]   an age
 //   [data-needs-script]    shown only once this file runs (a control that needs it)
@@ -158,6 +160,38 @@ function inboxFetchPage(gone) {
     return true;
   }
 
+  // A field required only while another has some value ([data-required-if], e.g. the
+  // comment of a Reject) is marked required while it is, and says so in the server's words
+  // ([data-required-message]) before anything is sent. The server checks it all the same.
+  function currentValue(form, name) {
+    var control = form.elements[name];
+    if (!control) return null;
+    if (control.type === "checkbox") return control.checked ? "true" : "false";
+    return control.value;  // a group of radios: the picked one's value, "" for none
+  }
+
+  function syncRequired(form) {
+    form.querySelectorAll("[data-required-if]").forEach(function (el) {
+      var rules = JSON.parse(el.getAttribute("data-required-if"));
+      var needed = Object.keys(rules).some(function (name) {
+        return rules[name].map(String).indexOf(currentValue(form, name)) >= 0;
+      });
+      var empty = el.type === "checkbox" ? !el.checked : el.value.trim() === "";
+      el.required = needed;
+      el.setCustomValidity(needed && empty ? el.getAttribute("data-required-message") : "");
+    });
+  }
+
+  function syncRequiredOf(event) {
+    var form = event.target.form || (event.target.closest && event.target.closest("form"));
+    if (form && form.querySelector("[data-required-if]")) syncRequired(form);
+  }
+  document.addEventListener("input", syncRequiredOf);
+  document.addEventListener("change", syncRequiredOf);
+  document.querySelectorAll("form").forEach(function (form) {
+    if (form.querySelector("[data-required-if]")) syncRequired(form);
+  });
+
   function submitWithCtrlEnter(target) {
     var form = target.closest && target.closest("form");
     var dialog = document.querySelector("dialog[open]");
@@ -167,7 +201,9 @@ function inboxFetchPage(gone) {
       form = document.querySelector("form[data-ctrl-enter]");
     }
     if (!form) return false;
-    form.requestSubmit();
+    // The answer form's "Complete and next": the same button a click would post.
+    var submitter = form.querySelector("[data-ctrl-enter-submits]");
+    form.requestSubmit(submitter || undefined);
     return true;
   }
 
