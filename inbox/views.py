@@ -17,6 +17,7 @@ from accounts.models import Dispatch
 from accounts.selectors import user_roles
 from config.errors import Conflict, NotFound
 from inbox.answer_form import answer_fields
+from inbox.board import clock_label
 from inbox.lifecycle import transition_problem
 from inbox.live import live_url
 from inbox.models import HELD_STATES, Task, TaskState
@@ -206,16 +207,15 @@ def task_page(request: HttpRequest, task: Task, *, answer_form: AnswerForm | Non
 
 
 def _clocks(task: Task) -> list[dict[str, Any]]:
-    """Return the task's three clocks: which is running and when it runs out."""
-    overall = "Escalation" if task.state == TaskState.ESCALATED else "Overall"
-    return [
-        {"name": "offer", "label": "Offer",
-         "deadline": task.offer_deadline if task.state == TaskState.OFFERED else None},
-        {"name": "work", "label": "Work",
-         "deadline": task.work_deadline if task.state == TaskState.IN_PROGRESS else None},
-        {"name": "overall", "label": overall,
-         "deadline": task.overall_deadline if task.is_open else None},
-    ]
+    """Return the task's three clocks: which is running and when it runs out (named as
+    every page names them: inbox.board.clock_label)."""
+    running = {
+        "offer": task.offer_deadline if task.state == TaskState.OFFERED else None,
+        "work": task.work_deadline if task.state == TaskState.IN_PROGRESS else None,
+        "overall": task.overall_deadline if task.is_open else None,
+    }
+    return [{"name": clock, "label": clock_label(task=task, clock=clock), "deadline": deadline}
+            for clock, deadline in running.items()]
 
 
 def _visible_task(request: HttpRequest, task_id: UUID) -> Task:
