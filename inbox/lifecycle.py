@@ -16,8 +16,10 @@ still hold the task (their current role, skill and proficiency: AccessLost, 409)
 """
 
 import datetime
+import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from django.conf import settings
@@ -46,6 +48,8 @@ from inbox.selectors import hold_problem
 from processes.contract import REJECTED_ERROR, TIMED_OUT_ERROR
 
 CAUSE_MAX_CHARS = 32_768
+# One INFO line per applied transition (./dev run shows these while it hides the rest).
+changes = logging.getLogger("inbox.tasks.changes")
 # Every state a task can still leave: all but the closed ones.
 NOT_CLOSED = [state for state in TaskState if state not in CLOSED_STATES]
 
@@ -405,6 +409,11 @@ def _apply(row: Transition, *, task_id: Any, actor: User | None, system: str,
             ).pk
         effects.after_commit(task=task, effects=row.all_effects + _signal(event, step.now),
                              outbox_id=outbox_id)
+        # Told once committed: a rolled-back change is never reported as made.
+        transaction.on_commit(partial(
+            changes.info, "task %s… %s → %s%s (%s by %s)", str(task.pk)[:8], from_state,
+            task.state, f" {data['worker']}" if "worker" in data else "", row.action,
+            event.actor_label))
     return task
 
 
