@@ -19,7 +19,6 @@ import datetime
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from functools import partial
 from typing import Any
 
 from django.conf import settings
@@ -409,11 +408,9 @@ def _apply(row: Transition, *, task_id: Any, actor: User | None, system: str,
             ).pk
         effects.after_commit(task=task, effects=row.all_effects + _signal(event, step.now),
                              outbox_id=outbox_id)
-        # Told once committed: a rolled-back change is never reported as made.
-        transaction.on_commit(partial(
-            changes.info, "task %s… %s → %s%s (%s by %s)", str(task.pk)[:8], from_state,
-            task.state, f" {data['worker']}" if "worker" in data else "", row.action,
-            event.actor_label))
+    # After the block: committed, unless a caller's transaction holds it (then released).
+    changes.info("task %s… %s → %s%s (%s by %s)", str(task.pk)[:8], from_state, task.state,
+                 f" {data['worker']}" if "worker" in data else "", row.action, event.actor_label)
     return task
 
 
