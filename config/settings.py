@@ -494,6 +494,8 @@ EMAIL_BACKEND = env_str(
     if DEBUG
     else "django.core.mail.backends.smtp.EmailBackend",
 )
+# Where django.core.mail.backends.filebased.EmailBackend writes (./dev run's quiet mode).
+EMAIL_FILE_PATH = env_str("EMAIL_FILE_PATH", str(VAR_DIR / "mail"))
 EMAIL_HOST = env_str("EMAIL_HOST", "localhost")
 EMAIL_PORT = env_int("EMAIL_PORT", 25, minimum=1, maximum=65535)
 EMAIL_HOST_USER = env_str("EMAIL_HOST_USER", "")
@@ -550,6 +552,23 @@ if INBOX_METRICS_TOKEN is not None and len(INBOX_METRICS_TOKEN) < 32:
 
 # Logging ----------------------------------------------------------------------------
 
+LOG_LEVEL_NAMES = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+def _log_levels(name: str) -> dict[str, dict[str, str]]:
+    """Read "logger=LEVEL,..." (e.g. celery.beat=WARNING) into LOGGING's loggers."""
+    loggers: dict[str, dict[str, str]] = {}
+    for item in env_list(name):
+        logger, _, level = (part.strip() for part in item.partition("="))
+        if not logger or level.upper() not in LOG_LEVEL_NAMES:
+            raise ImproperlyConfigured(
+                f"{name}: {item!r} is not logger=LEVEL with LEVEL one of "
+                f"{', '.join(LOG_LEVEL_NAMES)} (e.g. {name}=celery.beat=WARNING)."
+            )
+        loggers[logger] = {"level": level.upper()}
+    return loggers
+
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
@@ -569,5 +588,7 @@ LOGGING = {
         "botocore": {"level": "WARNING"},
         "urllib3": {"level": "WARNING"},
         "werkzeug": {"level": "WARNING"},
+        # Per logger, over the root's level (./dev run sets them for its quiet output).
+        **_log_levels("LOG_LEVELS"),
     },
 }

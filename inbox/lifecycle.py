@@ -16,6 +16,7 @@ still hold the task (their current role, skill and proficiency: AccessLost, 409)
 """
 
 import datetime
+import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -46,6 +47,8 @@ from inbox.selectors import hold_problem
 from processes.contract import REJECTED_ERROR, TIMED_OUT_ERROR
 
 CAUSE_MAX_CHARS = 32_768
+# One INFO line per applied transition (./dev run shows these while it hides the rest).
+changes = logging.getLogger("inbox.tasks.changes")
 # Every state a task can still leave: all but the closed ones.
 NOT_CLOSED = [state for state in TaskState if state not in CLOSED_STATES]
 
@@ -405,6 +408,9 @@ def _apply(row: Transition, *, task_id: Any, actor: User | None, system: str,
             ).pk
         effects.after_commit(task=task, effects=row.all_effects + _signal(event, step.now),
                              outbox_id=outbox_id)
+    # After the block: committed, unless a caller's transaction holds it (then released).
+    changes.info("task %s… %s → %s%s (%s by %s)", str(task.pk)[:8], from_state, task.state,
+                 f" {data['worker']}" if "worker" in data else "", row.action, event.actor_label)
     return task
 
 

@@ -185,3 +185,23 @@ def test_the_browsable_api_is_served_only_in_debug(debug, browsable):
     assert result.returncode == 0, result.stderr
     expected = ["BrowsableAPIRenderer", "JSONRenderer"] if browsable else ["JSONRenderer"]
     assert result.stdout.split() == expected
+
+
+def test_log_levels_set_one_logger_each():
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "config.settings", "LOG_LEVEL": "WARNING",
+           "LOG_LEVELS": "inbox.tasks.changes=info, celery.beat = ERROR"}
+    script = ("import django, logging; django.setup(); print(*(logging.getLevelName("
+              "logging.getLogger(n).getEffectiveLevel()) for n in "
+              "('', 'inbox.tasks.changes', 'celery.beat')))")
+    result = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env,
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["WARNING", "INFO", "ERROR"]
+
+
+@pytest.mark.parametrize("value", ["inbox=LOUD", "=INFO", "inbox"])
+def test_log_levels_refuse_an_item_that_is_not_logger_equals_level(value):
+    env = {**os.environ, "DJANGO_DEBUG": "true", "LOG_LEVELS": value}
+    result = _django(env, "check")
+    assert result.returncode != 0
+    assert "LOG_LEVELS" in result.stderr and repr(value) in result.stderr
