@@ -140,6 +140,27 @@ def access_task(*, user: User, task_id: object, action: Action = "view") -> Task
         raise NotFound("No such task.") from None
 
 
+def _access_gap(*, user: User, task: Task) -> tuple[str, int | None] | None:
+    """Return what of the current access to work the task the user lacks, or None.
+
+    ("inactive" | "role" | "skill" | "proficiency", the proficiency they hold): the one
+    check behind hold_problem and eligibility_problem, which each say it their own way.
+    """
+    if not user.is_active:
+        return "inactive", None
+    if Role.WORKER not in user_roles(user=user):
+        return "role", None
+    proficiency = (
+        WorkerSkill.objects.filter(worker=user, skill_id=task.skill_id)
+        .values_list("proficiency", flat=True).first()
+    )
+    if proficiency is None:
+        return "skill", None
+    if proficiency < task.min_proficiency:
+        return "proficiency", proficiency
+    return None
+
+
 def hold_problem(*, user: User, task: Task) -> str | None:
     """Return why the user may no longer hold the task, or None while they may.
 
@@ -148,37 +169,32 @@ def hold_problem(*, user: User, task: Task) -> str | None:
     eligibility_problem); holding it does not change it. Said of the user by e-mail, as the
     history and the refusal both say it.
     """
-    if not user.is_active:
-        return f"{user.email} is deactivated"
-    if Role.WORKER not in user_roles(user=user):
-        return f"{user.email} no longer has the worker role"
-    proficiency = (
-        WorkerSkill.objects.filter(worker=user, skill_id=task.skill_id)
-        .values_list("proficiency", flat=True).first()
-    )
-    if proficiency is None:
-        return f"{user.email} no longer holds {task.skill.slug}"
-    if proficiency < task.min_proficiency:
-        return (f"{user.email} holds {task.skill.slug} at {proficiency}, the task needs "
-                f"{task.min_proficiency}")
-    return None
+    gap = _access_gap(user=user, task=task)
+    if gap is None:
+        return None
+    lacks, proficiency = gap
+    return {
+        "inactive": f"{user.email} is deactivated",
+        "role": f"{user.email} no longer has the worker role",
+        "skill": f"{user.email} no longer holds {task.skill.slug}",
+        "proficiency": (f"{user.email} holds {task.skill.slug} at {proficiency}, the task "
+                        f"needs {task.min_proficiency}"),
+    }[lacks]
 
 
 def eligibility_problem(*, user: User, task: Task) -> str | None:
     """Return why the user may not take the task, or None when they may."""
-    if not user.is_active:
-        return "Deactivated users take no tasks."
-    if Role.WORKER not in user_roles(user=user):
-        return "Only workers take tasks (a supervisor who also works needs the worker role)."
-    proficiency = (
-        WorkerSkill.objects.filter(worker=user, skill_id=task.skill_id)
-        .values_list("proficiency", flat=True).first()
-    )
-    if proficiency is None:
-        return f"You do not hold the skill {task.skill.slug}."
-    if proficiency < task.min_proficiency:
-        return (f"This task needs {task.skill.slug} at proficiency {task.min_proficiency}; "
-                f"you hold {proficiency}.")
+    gap = _access_gap(user=user, task=task)
+    if gap is not None:
+        lacks, proficiency = gap
+        return {
+            "inactive": "Deactivated users take no tasks.",
+            "role": "Only workers take tasks (a supervisor who also works needs the worker "
+                    "role).",
+            "skill": f"You do not hold the skill {task.skill.slug}.",
+            "proficiency": (f"This task needs {task.skill.slug} at proficiency "
+                            f"{task.min_proficiency}; you hold {proficiency}."),
+        }[lacks]
     if excluded_by_separation(user=user, task=task):
         return ("Separation of duties: you worked on an earlier stage of this process "
                 f"({', '.join(task.exclude_workers_of)}).")
