@@ -4,6 +4,12 @@ from pathlib import Path
 
 import pytest
 
+from accounts.roles import Role
+from inbox.services.intake import intake_message
+from inbox.services.worker import task_take_next
+from tests.browser.keyboard import LONG_EMAIL, PASSWORD
+from tests.factories import envelope, sqs_message
+
 CHROMIUM = "/usr/bin/chromium"
 ARTIFACTS = Path(os.environ.get("INBOX_TEST_ARTIFACTS", Path(__file__).resolve().parents[2]
                                 / "test-artifacts"))
@@ -85,3 +91,19 @@ def live_page(browser, asgi_server):
     page.set_default_timeout(10_000)
     yield page
     context.close()
+
+
+@pytest.fixture
+def day(make_task, make_worker, make_user, review_skill):
+    """A day's worth of everything every page shows: tasks, holders, an intake error."""
+    make_user(roles=(Role.ADMIN,), email="root@example.com", password=PASSWORD)
+    supervisor = make_worker({"invoice-review": 3}, roles=(Role.WORKER, Role.SUPERVISOR),
+                             email="sam@example.com", password=PASSWORD)
+    reviewer = make_worker({"invoice-review": 4}, email=LONG_EMAIL, password=PASSWORD)
+    for number in range(3):
+        make_task(title=f"Review invoice INV-2026-000{number} from ACME Holdings Ltd",
+                  priority=40 + number)
+    held = task_take_next(worker=reviewer)
+    supervised = task_take_next(worker=supervisor)
+    assert intake_message(message=sqs_message(envelope(skill="no-such-skill"))) != "created"
+    return {"held": held, "supervised": supervised}

@@ -1,6 +1,9 @@
 """Helpers for browser tests that work the way people do: with the keyboard."""
 
 PASSWORD = "a-long-test-password-1"
+# A phone's viewport, and a reviewer whose address is long enough to test wrapping.
+PHONE = {"width": 360, "height": 740}
+LONG_EMAIL = "a.very-long-reviewer-name@finance-department.example.com"
 
 
 def sign_in(page, email: str, *, start: str = "/") -> None:

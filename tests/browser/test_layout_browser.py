@@ -2,17 +2,11 @@
 
 import pytest
 
-from accounts.roles import Role
-from inbox.services.intake import intake_message
-from inbox.services.worker import task_take_next
 from tests.browser import keyboard
-from tests.browser.keyboard import PASSWORD
-from tests.factories import envelope, sqs_message
+from tests.browser.keyboard import LONG_EMAIL, PASSWORD, PHONE
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
-PHONE = {"width": 360, "height": 740}
-LONG_EMAIL = "a.very-long-reviewer-name@finance-department.example.com"
 
 
 def watch(page) -> list[str]:
@@ -43,22 +37,6 @@ def widest(page) -> list[str]:
         .slice(0, 8)
         .map(el => el.tagName.toLowerCase() + (el.className ? '.' + el.className : '')
              + ' ' + Math.round(el.getBoundingClientRect().right))""")
-
-
-@pytest.fixture
-def day(make_task, make_worker, make_user, review_skill):
-    """A day's worth of everything every page shows: tasks, holders, an intake error."""
-    make_user(roles=(Role.ADMIN,), email="root@example.com", password=PASSWORD)
-    supervisor = make_worker({"invoice-review": 3}, roles=(Role.WORKER, Role.SUPERVISOR),
-                             email="sam@example.com", password=PASSWORD)
-    reviewer = make_worker({"invoice-review": 4}, email=LONG_EMAIL, password=PASSWORD)
-    for number in range(3):
-        make_task(title=f"Review invoice INV-2026-000{number} from ACME Holdings Ltd",
-                  priority=40 + number)
-    held = task_take_next(worker=reviewer)
-    supervised = task_take_next(worker=supervisor)
-    assert intake_message(message=sqs_message(envelope(skill="no-such-skill"))) != "created"
-    return {"held": held, "supervised": supervised}
 
 
 def test_every_page_fits_a_360px_phone_without_scrolling_sideways(browser, live_server, day,

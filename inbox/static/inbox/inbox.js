@@ -291,7 +291,22 @@ function inboxFetchPage(gone) {
     }
   });
 
+  // A table wider than a phone scrolls in its own box; a keyboard reaches that box too
+  // (a tab stop only while it scrolls, so a desktop's tables add none).
+  function scrollersFocusable() {
+    document.querySelectorAll("main table").forEach(function (table) {
+      if (table.scrollWidth > table.clientWidth + 1) {
+        table.tabIndex = 0;
+      } else {
+        table.removeAttribute("tabindex");
+      }
+    });
+  }
+
   function start() {
+    scrollersFocusable();
+    window.addEventListener("resize", scrollersFocusable);
+    document.addEventListener("inbox:refreshed", scrollersFocusable);
     var box = document.querySelector("[data-search]");
     if (box) {
       box.addEventListener("input", function () { filterRows(box); });
