@@ -10,6 +10,7 @@ from tests.browser.test_layout_browser import sign_in
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 DESKTOP = {"width": 1280, "height": 800}
+ROLES = {LONG_EMAIL: "reviewer", "sam@example.com": "supervisor", "root@example.com": "admin"}
 
 
 def pages_of(day) -> dict[str, list[str]]:
@@ -36,8 +37,11 @@ def test_axe_finds_a_violation_it_is_shown(page, live_server):
 
 
 @pytest.mark.parametrize("viewport", [DESKTOP, PHONE], ids=["desktop", "phone"])
-def test_every_page_state_has_no_axe_violations(browser, live_server, day, viewport):
+def test_every_page_state_has_no_axe_violations(browser, live_server, day, viewport,
+                                                screenshot):
+    size = "phone" if viewport is PHONE else "desktop"
     for email, paths in pages_of(day).items():
+        who = ROLES[email]
         context = browser.new_context(base_url=live_server.url, viewport=viewport)
         try:
             page = context.new_page()
@@ -48,6 +52,11 @@ def test_every_page_state_has_no_axe_violations(browser, live_server, day, viewp
                 page.wait_for_load_state()
                 page.locator("h1").first.wait_for()
                 assert_accessible(page, f"{email} {path}")
+                # Every page as each role sees it: test-artifacts/, and the README's pictures.
+                name = path.strip("/").replace("/", "-").replace("?", "-").replace("=", "")
+                name = "task" if path.startswith("/tasks/") and path.count("/") == 3 else name
+                screenshot(page, f"{size}-{who}-{name or 'home'}".replace(str(day["held"].pk),
+                                                                         "task"))
             page.goto("/")
             page.locator("h1").first.wait_for()
             page.keyboard.press("?")

@@ -58,6 +58,33 @@ def test_dev_run_quiet_by_default_starts_celery_at_warning_without_banners():
     assert beat.ready is None and worker.ready == " ready."
     web = _child("web", verbose=False)
     assert "--no-access-log" in web.args
+    # uvicorn's four start lines no longer push the URL and passwords up: it starts at
+    # WARNING, and ./dev run waits for its port instead of a line it no longer prints.
+    assert web.args[web.args.index("--log-level") + 1] == "warning"
+    assert web.args[web.args.index("--lifespan") + 1] == "off"
+    assert web.ready == "port 8000"
+    assert _child("web", verbose=True).ready == "Uvicorn running on"
+
+
+def test_waiting_for_a_port_returns_once_it_answers_and_fails_when_the_child_exits():
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        port = server.getsockname()[1]
+        alive = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+        try:
+            dev.wait_for_port(port, child=alive, name="web", timeout=5)
+        finally:
+            alive.kill()
+            alive.wait()
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    with pytest.raises(SystemExit, match="web exited before it was ready"):
+        dev.wait_for_port(port, child=dead, name="web", timeout=5)
 
 
 def test_dev_run_quiet_environment_shows_warnings_and_one_line_per_task_change():
