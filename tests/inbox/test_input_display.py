@@ -4,6 +4,7 @@ in order, labelled, formatted, escaped, links only to http(s)."""
 import json
 import re
 from html.parser import HTMLParser
+from pathlib import Path
 
 import pytest
 
@@ -12,6 +13,7 @@ from inbox.models import Task
 from inbox.services.worker import task_take_next
 from processes.display import DisplayField
 from processes.services import process_deploy
+from processes.spec import spec_load
 from tests.sfn import unique
 
 SPEC = """
@@ -314,3 +316,22 @@ def test_in_order_tolerates_an_order_that_does_not_fit():
     assert json.dumps(display.in_order(jsonb_like, order)) == json.dumps(value)
     assert display.in_order(jsonb_like, None) == jsonb_like  # a task from before the order
     assert list(display.in_order(jsonb_like, [["zz"], ["b"], "bad"])) == ["b", "a", "c"]
+
+
+def test_the_demo_approval_stage_shows_the_review_it_follows():
+    """The demo spec's approval stage: amount first, then the review's time and comment."""
+    specs = Path(__file__).resolve().parents[2] / "processes" / "specs"
+    spec = spec_load(specs / "invoice-approval.yaml")
+    data = {"invoice_id": "INV-1002", "supplier": "Globex", "amount": 18250, "currency": "EUR",
+            "due_date": "2027-01-15",
+            "stages": {"review": {"answer": {"decision": "approve"}, "worker": "7",
+                                  "completedAt": "2026-12-01T07:20:05.123456+00:00"}}}
+    view = display.declared_view(data, spec.stage("approval").display)
+    shown = {row.label: text_of(row.value) for row in view.rows}
+    assert list(shown)[:3] == ["Amount", "Invoice", "Supplier"]
+    assert shown["Amount"] == "18,250.00\u00a0EUR"
+    assert shown["Reviewed"] == "1 Dec 2026, 07:20 UTC"
+    assert shown["Reviewer's comment"] == "—not given"
+    # Of the review, what no field shows stays under "Other input".
+    assert [row.label for row in view.others] == ["Stages"]
+    assert "Decision" in view.others[0].value and "Completed at" not in view.others[0].value
