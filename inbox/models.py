@@ -55,6 +55,8 @@ class Task(models.Model):
     title = models.CharField(max_length=300)
     form = models.CharField(max_length=64)
     input = models.JSONField(default=dict)
+    # The input's key order (inbox.display.key_order): jsonb keeps none. None: not recorded.
+    input_order = models.JSONField(null=True, blank=True, editable=False)
     priority = models.PositiveSmallIntegerField(default=50)
     exclude_workers_of = models.JSONField(default=list)
 

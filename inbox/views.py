@@ -18,6 +18,7 @@ from accounts.selectors import user_roles
 from config.errors import Conflict, NotFound
 from inbox.answer_form import answer_fields
 from inbox.board import clock_label
+from inbox.display import input_view
 from inbox.lifecycle import transition_problem
 from inbox.live import live_url
 from inbox.models import HELD_STATES, Task, TaskState
@@ -186,6 +187,7 @@ def task_page(request: HttpRequest, task: Task, *, answer_form: AnswerForm | Non
         "inbox/task.html",
         {
             "task": task,
+            "input": input_view(task=task),
             "form": form,
             "form_problem": form_problem,
             "fields": fields,

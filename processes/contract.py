@@ -32,6 +32,8 @@ HEARTBEATS_PER_PERIOD = 3
 # Templated values in a spec. A title names data paths in braces ("Review {invoice_id}");
 # a payload or input value that is "$" or starts with "$." is a path into the data.
 PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
+# A data path in a placeholder, a condition or a display field: "invoice_id", "customer.name".
+DATA_PATH = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 DATA_ROOT = "$"
 DATA_PATH_PREFIX = "$."
 

@@ -1,13 +1,15 @@
-"""Reads for processes, their versions and executions, and the forms their stages name."""
+"""Reads for processes, their versions and executions, and the forms and displays their
+stages name."""
 
 import functools
 
 from django.db.models import Prefetch, QuerySet
 
 from config.errors import NotFound
+from processes.display import Display
 from processes.forms import BUILTIN_FORMS, Form
 from processes.models import Execution, Process, ProcessVersion
-from processes.spec import spec_parse
+from processes.spec import HumanStage, ProcessSpec, spec_parse
 
 
 def process_list() -> QuerySet[Process]:
@@ -83,13 +85,29 @@ def form_for(*, process_name: str, process_version: int, form_name: str) -> Form
         .values_list("spec_sha256", "spec_text").first()
     )
     if row is not None:
-        form = _spec_forms(row[0], row[1]).get(form_name)
+        form = _deployed_spec(row[0], row[1]).forms.get(form_name)
         if form is not None:
             return form
     return BUILTIN_FORMS.get(form_name)
 
 
+def display_for(*, process_name: str, process_version: int, stage: str) -> Display | None:
+    """Return how a task of this process version's stage shows its input, or None.
+
+    None when the version is not deployed here (hand-written ASL) or the stage declares no
+    display: the task page lays the input out by its default (inbox.display).
+    """
+    row = (
+        ProcessVersion.objects.filter(process__name=process_name, version=process_version)
+        .values_list("spec_sha256", "spec_text").first()
+    )
+    if row is None:
+        return None
+    found = _deployed_spec(row[0], row[1]).stage(stage)
+    return found.display if isinstance(found, HumanStage) else None
+
+
 @functools.lru_cache(maxsize=256)
-def _spec_forms(sha256: str, text: str) -> dict[str, Form]:
-    """Return a deployed spec's forms; deployed versions never change, so sha256 keys it."""
-    return spec_parse(text, source=f"deployed spec {sha256[:12]}").forms
+def _deployed_spec(sha256: str, text: str) -> ProcessSpec:
+    """Return a deployed spec, parsed; deployed versions never change, so sha256 keys it."""
+    return spec_parse(text, source=f"deployed spec {sha256[:12]}")

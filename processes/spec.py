@@ -14,13 +14,18 @@ from typing import Any
 import yaml
 
 from config.errors import InboxError
-from processes.contract import HEARTBEATS_PER_PERIOD, PLACEHOLDER, PROCESS_FAILED_ERROR
+from processes.contract import (
+    DATA_PATH,
+    HEARTBEATS_PER_PERIOD,
+    PLACEHOLDER,
+    PROCESS_FAILED_ERROR,
+)
+from processes.display import Display, display_parse
 from processes.forms import BUILTIN_FORMS, Form, form_parse
 
 MAX_STAGES = 5
 NAME = re.compile(r"^[a-z][a-z0-9-]{0,47}$")
 STAGE_ID = re.compile(r"^[a-z][a-z0-9-]{0,63}$")
-DATA_PATH = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 TIMEOUT_POLICIES = ("abort", "escalate")
 # Stages that end the state machine; they do not count against MAX_STAGES.
 TERMINAL_KINDS = ("succeed", "fail")
@@ -75,6 +80,8 @@ class HumanStage(Stage):
     not_by: tuple[str, ...] = ()
     if_rejected: str | None = None
     if_timed_out: str | None = None
+    # How the task page shows the input (processes.display); None: the default layout.
+    display: Display | None = None
 
 
 @dataclass(frozen=True)
@@ -178,7 +185,7 @@ _COMMON_KEYS = {"id", "kind", "next", "comment"}
 _KIND_KEYS = {
     "human": {
         "skill", "min_proficiency", "title", "form", "priority", "timeouts", "on_timeout",
-        "heartbeat", "expected_open", "not_by", "if_rejected", "if_timed_out",
+        "heartbeat", "expected_open", "not_by", "if_rejected", "if_timed_out", "display",
     },
     "choice": {"rules", "default"},
     "automation": {"function", "payload", "output", "timeout", "retry", "catch"},
@@ -350,6 +357,9 @@ class _Parser:
         if not isinstance(not_by, list) or not all(isinstance(s, str) for s in not_by):
             self.problem(f"{path}.not_by", "must be a stage id or a list of stage ids")
             not_by = []
+        problems: list[str] = []
+        display = display_parse(raw.get("display"), path=f"{path}.display", problems=problems)
+        self.problems.extend(f"{self.source}: {p}" for p in problems)
         return HumanStage(
             **common,
             skill=skill if isinstance(skill, str) else "",
@@ -364,6 +374,7 @@ class _Parser:
             not_by=tuple(not_by),
             if_rejected=self.ref(raw, "if_rejected", path),
             if_timed_out=self.ref(raw, "if_timed_out", path),
+            display=display,
         )
 
     def stage_choice(self, raw: dict, path: str, common: dict) -> ChoiceStage:

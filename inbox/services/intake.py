@@ -29,6 +29,7 @@ from django.utils import timezone
 
 from accounts.models import Skill
 from config.errors import ExternalServiceError
+from inbox.display import key_order
 from inbox.lifecycle import task_receive
 from inbox.models import IntakeError, Task
 from inbox.process_failures import process_failure_record
@@ -184,6 +185,7 @@ def _task_create(*, envelope: dict[str, Any]) -> str:
                 title=envelope["title"],
                 form=envelope["form"],
                 input=envelope["input"],
+                input_order=key_order(envelope["input"]),
                 priority=envelope["priority"],
                 exclude_workers_of=envelope.get("excludeWorkersOf", []),
                 offer_seconds=timeouts["offer"],
