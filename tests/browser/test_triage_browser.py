@@ -104,7 +104,7 @@ def test_an_extend_preset_extends_by_its_own_span(page, problems, held):
     assert held.events.last().reason == "Month end"
 
 
-def test_abort_asks_first_and_esc_goes_back_to_the_reason(page, problems, held):
+def test_abort_asks_first_and_esc_goes_back_to_the_reason(page, problems, held, screenshot):
     keyboard.sign_in(page, "sam@example.com", start=f"/tasks/{held.pk}/")
     page.get_by_role("heading", name=held.title, level=1).wait_for()
     page.wait_for_load_state()
@@ -119,6 +119,7 @@ def test_abort_asks_first_and_esc_goes_back_to_the_reason(page, problems, held):
     assert "Your reason: Duplicate of INV-41" in confirm.inner_text()
     assert page.evaluate("document.activeElement.textContent") == "Abort task"
     assert_accessible(page, "the abort's confirm step")
+    screenshot(page, "supervisor-abort-confirm")
     assert Task.objects.get(pk=held.pk).state == TaskState.IN_PROGRESS
     page.keyboard.press("Escape")
     confirm.wait_for(state="hidden")
@@ -133,7 +134,8 @@ def test_abort_asks_first_and_esc_goes_back_to_the_reason(page, problems, held):
     assert (held.state, held.reason) == (TaskState.ABORTING, "Duplicate of INV-41")
 
 
-def test_the_boards_keys_act_on_the_selected_row(page, problems, held, make_task):
+def test_the_boards_keys_act_on_the_selected_row(page, problems, held, make_task,
+                                                 screenshot):
     make_task(title="Review invoice INV-2026-0043")
     keyboard.sign_in(page, "sam@example.com", start="/supervisor/?sort=-created")
     page.get_by_role("heading", name="Supervisor board", level=1).wait_for()
@@ -146,7 +148,11 @@ def test_the_boards_keys_act_on_the_selected_row(page, problems, held, make_task
         page.keyboard.press(key)
         dialog.locator(f'[data-supervise-form="{action}"]').wait_for()
         assert active(page)["dialog"] == "supervise-dialog"
+        # It names the task it acts on, in the dialog's name too.
+        assert page.get_by_role("dialog", name=held.title).count() == 1
         assert_accessible(page, f"the board's {action} dialog")
+        if action == "extend":
+            screenshot(page, "supervisor-board-extend-dialog")
         page.keyboard.press("Escape")
         dialog.wait_for(state="hidden")
         focused = active(page)
@@ -227,7 +233,7 @@ def test_the_confirm_page_without_the_dialog_is_accessible(page, problems, held)
     page.get_by_role("status").get_by_text("Aborted: Review invoice INV-2026-0042.").wait_for()
 
 
-def test_the_dialogs_fit_a_360px_phone(browser, live_server, held):
+def test_the_dialogs_fit_a_360px_phone(browser, live_server, held, screenshot):
     context = browser.new_context(base_url=live_server.url, viewport=PHONE)
     page = context.new_page()
     page.set_default_timeout(10_000)
@@ -242,6 +248,8 @@ def test_the_dialogs_fit_a_360px_phone(browser, live_server, held):
             assert page.evaluate("""() => { const r = document.getElementById('supervise-dialog')
                 .getBoundingClientRect(); return r.left >= 0 && r.right <= innerWidth; }""")
             assert_accessible(page, f"the {KEYS[key]} dialog on a phone")
+            if key == "e":
+                screenshot(page, "phone-supervisor-extend-dialog")
             page.keyboard.press("Escape")
         page.keyboard.press("q")
         page.keyboard.type("away")
@@ -256,5 +264,15 @@ def test_the_dialogs_fit_a_360px_phone(browser, live_server, held):
         page.locator('#supervise-dialog [data-supervise-form="reassign"]').wait_for()
         assert sideways(page) == 0, widest(page)
         assert_accessible(page, "the board's reassign dialog on a phone")
+        page.keyboard.press("Escape")
+        # The confirm page of its own (what a browser without JavaScript gets) fits too.
+        page.goto(f"/tasks/{held.pk}/")
+        page.evaluate("document.querySelector('[data-supervise-form=abort]')"
+                      ".removeAttribute('data-confirm')")
+        page.locator("#abort-reason").fill("Duplicate")
+        page.locator("#abort-reason").press("Enter")
+        page.get_by_role("heading", name="Abort this task?", level=1).wait_for()
+        assert sideways(page) == 0, widest(page)
+        screenshot(page, "phone-supervisor-abort-confirm-page")
     finally:
         context.close()

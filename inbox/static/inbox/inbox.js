@@ -457,7 +457,9 @@ function inboxFetchPage(gone) {
   function show(content, opener) {
     trigger = opener;
     var title = content.querySelector("h1[id], h2[id], h3[id]");
-    dialog.setAttribute("aria-labelledby", title ? title.id : "supervise-dialog-title");
+    var about = content.querySelector("#action-task"); // the board's: which task
+    dialog.setAttribute("aria-labelledby", (title ? title.id : "supervise-dialog-title") +
+                        (about ? " action-task" : ""));
     body.appendChild(content);
     dialog.showModal();
     focusFirst(content);
@@ -503,11 +505,10 @@ function inboxFetchPage(gone) {
       .then(function (html) {
         if (!html || dialog.open) return;
         var doc = new DOMParser().parseFromString(html, "text/html");
-        var found = doc.querySelector("[data-supervise-form]") ||
-          doc.querySelector("[data-supervise-page]");
+        var found = doc.querySelector("[data-supervise-page]");
         if (!found) return;
         var content = document.importNode(found, true);
-        var form = content.matches("form") ? content : null;
+        var form = content.querySelector("form[data-supervise-form]");
         if (form) {
           [["from", "board"], ["filters", window.location.search.replace(/^\?/, "")]]
             .forEach(function (pair) {
