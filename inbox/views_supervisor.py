@@ -110,7 +110,8 @@ def supervisor_panel(request: HttpRequest, task: Task) -> dict[str, Any] | None:
     return {"workers": board.eligible_workers(task=task), "clocks": running,
             "escalation": escalation, "presets": EXTEND_PRESETS.items(),
             "confirm": {action: confirm_text(task=task, action=action)
-                        for action in ("return", "abort")}}
+                        for action in ("return", "abort")},
+            "confirm_titles": CONFIRM_TITLES}
 
 
 def timeline_panel(request: HttpRequest, task: Task) -> dict[str, Any] | None:

@@ -112,7 +112,7 @@ def test_abort_asks_first_and_esc_goes_back_to_the_reason(page, problems, held, 
     page.locator("#supervise-dialog").wait_for()
     page.keyboard.type("Duplicate of INV-41")
     page.keyboard.press("Enter")
-    confirm = page.get_by_role("dialog", name="Confirm")
+    confirm = page.get_by_role("dialog", name="Abort this task?")
     confirm.wait_for()
     assert ("Abort 'Review invoice INV-2026-0042': Step Functions hears TimedOut"
             in confirm.inner_text())
@@ -162,7 +162,7 @@ def test_the_boards_keys_act_on_the_selected_row(page, problems, held, make_task
     dialog.locator('[data-supervise-form="return"]').wait_for()
     page.keyboard.type("Ana is away")
     page.keyboard.press("Enter")
-    confirm = page.get_by_role("dialog", name="Confirm")
+    confirm = page.get_by_role("dialog", name="Return this task to its queue?")
     confirm.wait_for()
     assert "to the invoice-review queue: ana@example.com no longer holds it" in \
         confirm.inner_text()
@@ -197,7 +197,7 @@ def test_a_bulk_return_needs_confirmation(page, problems, make_task, make_worker
         page.keyboard.press("Tab")
     page.keyboard.type("Ana is away today")
     page.keyboard.press("Enter")
-    confirm = page.get_by_role("dialog", name="Confirm")
+    confirm = page.get_by_role("dialog", name="Return to queue: 3 tasks?")
     confirm.wait_for()
     assert ("Return 3 tasks to their queues: whoever holds them now no longer does."
             in confirm.inner_text())

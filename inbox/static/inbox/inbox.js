@@ -540,12 +540,14 @@ function inboxFetchPage(gone) {
       .replace("{worker}", picked ? picked.getAttribute("data-email") || "" : "")
       .replace("{clock}", (form.querySelector("#bulk-clock") || {}).value || "")
       .replace("{minutes}", (form.querySelector("#bulk-minutes") || {}).value || "");
-    return {text: text, button: option.textContent.trim() + ": " + count(checked)};
+    var label = option.textContent.trim() + ": " + count(checked);
+    return {title: label + "?", text: text, button: label};
   }
 
   function ask(form, words) {
     pending = form;
     returnTo = document.activeElement;
+    confirmDialog.querySelector("#confirm-dialog-title").textContent = words.title;
     confirmDialog.querySelector("[data-confirm-text]").textContent = words.text;
     var reason = form.elements.reason ? form.elements.reason.value.trim() : "";
     confirmDialog.querySelector("[data-confirm-reason]").textContent =
@@ -604,7 +606,8 @@ function inboxFetchPage(gone) {
         words = bulkWords(form);
       } else if (form.hasAttribute("data-confirm")) {
         var button = form.querySelector("[data-confirm-button]");
-        words = {text: form.getAttribute("data-confirm"),
+        words = {title: form.getAttribute("data-confirm-title") || "Confirm",
+                 text: form.getAttribute("data-confirm"),
                  button: button ? button.getAttribute("data-confirm-button") : "Confirm"};
       }
       if (!words) return;
