@@ -11,7 +11,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db.models import Count, F, Min, OuterRef, Q, QuerySet, Subquery
+from django.db.models import Count, F, Min, OuterRef, Prefetch, Q, QuerySet, Subquery
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
@@ -286,24 +286,39 @@ def triage_notes(*, tasks: list[Task], now: datetime.datetime) -> None:
     """Set ``why`` and ``since`` on each escalated or overdue task ("" and None on others),
     and ``deadline_label``: the name of the clock the overall_deadline column runs.
 
-    Overdue: the clock that ran out, since its deadline. Escalated: since the escalation
-    and its reason, from the history (annotated by _filtered: no query of its own).
+    Escalated: "Escalated: " and the escalation's reason, since the escalation (annotated
+    by _filtered: no query of its own); its escalation clock, once run out, is said too.
+    Overdue: which running clocks ran out, by the names the pages give them, since the
+    first one did.
     """
     for task in tasks:
         task.why, task.since = "", None
         task.deadline_label = clock_label(task=task, clock="overall")
+        ran_out = [(deadline, clock_label(task=task, clock=clock).lower())
+                   for clock, deadline in _running_deadlines(task)
+                   if deadline is not None and deadline <= now]
+        ran_out.sort()
+        clocks = " and ".join(label for _, label in ran_out)
+        plural = "s" if len(ran_out) > 1 else ""
         if task.state == TaskState.ESCALATED:
-            # The state column says escalated; why is the escalation's reason.
-            task.why = getattr(task, "escalated_why", "") or "No reason recorded"
+            reason = getattr(task, "escalated_why", "") or "no reason recorded"
+            task.why = f"Escalated: {reason}"
+            if ran_out:
+                task.why += f" The {clocks} clock ran out too."
             task.since = getattr(task, "escalated_at", None)
-        elif task.overall_deadline <= now:
-            task.why, task.since = "The overall clock ran out", task.overall_deadline
-        elif (task.state == TaskState.OFFERED and task.offer_deadline
-              and task.offer_deadline <= now):
-            task.why, task.since = "The offer clock ran out", task.offer_deadline
-        elif (task.state == TaskState.IN_PROGRESS and task.work_deadline
-              and task.work_deadline <= now):
-            task.why, task.since = "The work clock ran out", task.work_deadline
+        elif ran_out:
+            task.why = f"Overdue: the {clocks} clock{plural} ran out"
+            task.since = ran_out[0][0]
+
+
+def _running_deadlines(task: Task) -> list[tuple[str, datetime.datetime | None]]:
+    """Return the task's running clocks and their deadlines (as overdue_q reads them)."""
+    running = [("overall", task.overall_deadline)]
+    if task.state == TaskState.OFFERED:
+        running.insert(0, ("offer", task.offer_deadline))
+    elif task.state == TaskState.IN_PROGRESS:
+        running.insert(0, ("work", task.work_deadline))
+    return running
 
 
 def escalation_of(*, task: Task) -> TaskEvent | None:
@@ -345,11 +360,24 @@ def eligible_workers(*, task: Task) -> list[User]:
 
 
 def bulk_workers(*, skills: list[Skill]) -> QuerySet[User]:
-    """Return active workers holding any of the skills: who a bulk reassign may name."""
+    """Return active workers holding any of the skills: who a bulk reassign may name.
+
+    Available ones first, then most free capacity, then by e-mail; each carries ``load``,
+    ``free`` and ``proficiencies`` (their WorkerSkill rows of these skills, by slug). The
+    reassign of each task still checks that worker against that task.
+    """
     return (
         User.objects.filter(is_active=True, worker_skills__skill__in=skills)
         .filter(Q(groups__name=Role.WORKER) | Q(is_superuser=True))
-        .distinct().order_by("email")
+        .annotate(load=Count("held_tasks", filter=Q(held_tasks__state__in=HELD_STATES),
+                             distinct=True))
+        .annotate(free=F("capacity") - F("load"))
+        .prefetch_related(Prefetch(
+            "worker_skills", to_attr="proficiencies",
+            queryset=WorkerSkill.objects.filter(skill__in=skills).select_related("skill")
+            .order_by("skill__slug")))
+        # "available" sorts before "away".
+        .distinct().order_by("availability", "-free", "email")
     )
 
 

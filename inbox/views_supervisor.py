@@ -18,8 +18,9 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_POST, require_safe
 
 from accounts.models import User
-from config.errors import InboxError, NotFound
+from config.errors import Conflict, InboxError, NotFound
 from inbox import board, timeline
+from inbox.lifecycle import SUPERVISOR_REASON
 from inbox.live import live_url
 from inbox.models import OPEN_STATES, Task, TaskState
 from inbox.page_actions import calls, posted, task_action
@@ -79,7 +80,8 @@ def supervisor_board(request: HttpRequest) -> HttpResponse:
             "sorts": board.SORT_LABELS.items(),
             "ages": board.AGES,
             "workers": list(board.bulk_workers(skills=skills)),
-            "bulk_actions": BULK_ACTIONS.items(),
+            "bulk_actions": [(value, label, BULK_CONFIRM[value])
+                             for value, label in BULK_ACTIONS.items()],
             "clocks": [(clock, board.CLOCK_LABELS[clock]) for clock in supervisor.CLOCKS],
             "escalation_label": board.ESCALATION_LABEL,
             "live_url": stream,
@@ -106,7 +108,10 @@ def supervisor_panel(request: HttpRequest, task: Task) -> dict[str, Any] | None:
     escalation = (board.escalation_of(task=task) if task.state == TaskState.ESCALATED
                   else None)
     return {"workers": board.eligible_workers(task=task), "clocks": running,
-            "escalation": escalation}
+            "escalation": escalation, "presets": EXTEND_PRESETS.items(),
+            "confirm": {action: confirm_text(task=task, action=action)
+                        for action in ("return", "abort")},
+            "confirm_titles": CONFIRM_TITLES}
 
 
 def timeline_panel(request: HttpRequest, task: Task) -> dict[str, Any] | None:
@@ -142,17 +147,105 @@ def _posted_worker(request: HttpRequest) -> User:
 
 
 def _posted_seconds(request: HttpRequest) -> int:
+    """Return the extension asked for: a preset button's minutes, else the minutes field."""
+    preset = request.POST.get("preset", "")
+    if preset:
+        if preset not in EXTEND_PRESETS:
+            raise InboxError(f"Unknown preset {preset[:20]!r}: choose "
+                             f"{', '.join(EXTEND_PRESETS.values())}, or type the minutes.")
+        return int(preset) * 60
     return _minutes(request) * 60
 
 
-# Each action: the service it calls with what the page posts, and what it says.
+# What the confirm step of a destructive action says will happen (the page of its own
+# without JavaScript, the dialog with it).
+def confirm_text(*, task: Task, action: str) -> str:
+    """Return the sentence naming what a confirmed return or abort of the task does."""
+    if action == "abort":
+        return (f"Abort '{task.title}': Step Functions hears TimedOut "
+                "(HumanTask.TimedOut) with your reason.")
+    holder = (f"{task.assignee.email} no longer holds it; " if task.assignee_id else "")
+    return (f"Return '{task.title}' to the {task.skill.slug} queue: {holder}"
+            "anyone eligible may take it.")
+
+
+def _confirmed(perform: Any, action: str) -> Any:
+    """Wrap perform so that a POST without confirmed=1 shows the confirm step instead."""
+
+    def confirmed(request: HttpRequest, task_id: Any) -> Task | HttpResponse:
+        if request.POST.get("confirmed") == "1":
+            return perform(request, task_id)
+        task = access_task(user=request.user, task_id=task_id, action="manage")
+        if not request.POST.get("reason", "").strip():
+            raise Conflict(SUPERVISOR_REASON)
+        return _confirm_page(
+            request, title=CONFIRM_TITLES[action], text=confirm_text(task=task, action=action),
+            button=ACTION_BUTTONS[action], post_to=reverse(f"inbox:task-{action}", args=[task.pk]),
+            back=reverse("inbox:task", args=[task.pk]), titles=[])
+    return confirmed
+
+
+def _confirm_page(request: HttpRequest, *, title: str, text: str, button: str, post_to: str,
+                  back: str, titles: list[str]) -> HttpResponse:
+    """Render the confirm step: what will happen, and the same post again with confirmed=1."""
+    fields = [(name, value) for name, values in request.POST.lists()
+              if name not in {"csrfmiddlewaretoken", "confirmed"} for value in values]
+    return render(request, "supervisor/confirm.html", {
+        "title": title, "text": text, "button": button, "post_to": post_to, "back": back,
+        "fields": fields, "reason": request.POST.get("reason", ""), "titles": titles})
+
+
+def _back(request: HttpRequest, task: Task) -> HttpResponse:
+    """Go back to the board a dialog of the board posted from, else to the task's page."""
+    if request.POST.get("from") == "board":
+        return redirect(_board_url(request))
+    return redirect("inbox:task", task_id=task.pk)
+
+
+def _board_url(request: HttpRequest) -> str:
+    """Return the board with the filters the posting page had (one line, nothing else)."""
+    back = reverse("inbox:supervisor")
+    filters = request.POST.get("filters", "")
+    if filters and "\n" not in filters and "\r" not in filters:
+        back = f"{back}?{filters}"
+    return back
+
+
+def _action_page(action: str) -> Any:
+    """Return the GET view of one action's form on a page of its own (the board's dialogs
+    fetch it; it also works as a plain page)."""
+
+    def page(request: HttpRequest, task_id: Any) -> HttpResponse:
+        task = _managed_task(request, task_id)
+        panel = supervisor_panel(request, task)
+        if panel is None:
+            messages.error(request, f"This task is {task.get_state_display().lower()}: "
+                                    "nothing more to do.")
+            return redirect("inbox:task", task_id=task.pk)
+        return render(request, "supervisor/action.html",
+                      {"task": task, "supervise": panel, "action": action,
+                       "title": ACTION_TITLES[action]})
+    return page
+
+
+ACTION_TITLES = {"reassign": "Reassign", "return": "Return to queue",
+                 "extend": "Extend a clock", "abort": "Abort"}
+ACTION_BUTTONS = {"return": "Return to queue", "abort": "Abort task"}
+CONFIRM_TITLES = {"return": "Return this task to its queue?", "abort": "Abort this task?"}
+# Extend presets: minutes, and what the button says.
+EXTEND_PRESETS = {"15": "+15 min", "60": "+1 h", "1440": "+1 day"}
+
+# Each action: the service it calls with what the page posts, and what it says. Return
+# and abort first show what they will do (see _confirmed); reassign and extend do not.
 task_reassign_page = task_action(
     calls(supervisor.task_reassign, actor="supervisor", worker=_posted_worker,
           reason=posted("reason")),
-    done="Reassigned to {task.assignee.email}: {task.title}.")
+    done="Reassigned to {task.assignee.email}: {task.title}.", then=_back,
+    form=_action_page("reassign"))
 task_return_page = task_action(
-    calls(supervisor.task_return, actor="supervisor", reason=posted("reason")),
-    done="Returned to the queue: {task.title}.")
+    _confirmed(calls(supervisor.task_return, actor="supervisor", reason=posted("reason")),
+               "return"),
+    done="Returned to the queue: {task.title}.", then=_back, form=_action_page("return"))
 _extend = calls(supervisor.task_extend, actor="supervisor", clock=posted("clock"),
                seconds=_posted_seconds, reason=posted("reason"))
 
@@ -166,20 +259,19 @@ def _extend_named(request: HttpRequest, task_id: Any) -> Task:
 
 
 task_extend_page = task_action(
-    _extend_named, done="Extended the {task.extended_clock} clock: {task.title}.")
+    _extend_named, done="Extended the {task.extended_clock} clock: {task.title}.", then=_back,
+    form=_action_page("extend"))
 task_abort_page = task_action(
-    calls(supervisor.task_abort, actor="supervisor", reason=posted("reason")),
-    done="Aborted: {task.title}.")
+    _confirmed(calls(supervisor.task_abort, actor="supervisor", reason=posted("reason")),
+               "abort"),
+    done="Aborted: {task.title}.", then=_back, form=_action_page("abort"))
 
 
 @require_POST
 def tasks_bulk_page(request: HttpRequest) -> HttpResponse:
     """Apply one action to every checked task; say how each one went."""
     _need_supervisor(request)
-    back = reverse("inbox:supervisor")
-    filters = request.POST.get("filters", "")
-    if filters and "\n" not in filters and "\r" not in filters:
-        back = f"{back}?{filters}"
+    back = _board_url(request)
     action = request.POST.get("action", "")
     ids = request.POST.getlist("task")
     if action not in BULK_ACTIONS:
@@ -196,6 +288,17 @@ def tasks_bulk_page(request: HttpRequest) -> HttpResponse:
     except InboxError as exc:
         messages.error(request, exc.message)
         return redirect(back)
+    if request.POST.get("confirmed") != "1":
+        if not request.POST.get("reason", "").strip():
+            messages.error(request, SUPERVISOR_REASON)
+            return redirect(back)
+        titles = _titles(request, ids)
+        return _confirm_page(
+            request, title=f"{BULK_ACTIONS[action]}: {_count(len(ids))}?",
+            text=bulk_confirm_text(action=action, count=len(ids), **arguments),
+            button=f"{BULK_ACTIONS[action]}: {_count(len(ids))}", back=back,
+            post_to=reverse("inbox:supervisor-bulk"),
+            titles=[titles.get(task_id, task_id) for task_id in ids])
     outcomes = supervisor.tasks_bulk(supervisor=request.user, task_ids=ids, action=service,
                                       reason=request.POST.get("reason", ""), **arguments)
     titles = _titles(request, ids)
@@ -208,6 +311,29 @@ def tasks_bulk_page(request: HttpRequest) -> HttpResponse:
         if outcome != "ok":
             messages.error(request, f"{titles.get(task_id, task_id)}: {outcome}")
     return redirect(back)
+
+
+# What a bulk action will do, said before it is done; the board's dialog fills in the same
+# words ({n}, {worker}, {clock}, {minutes}) from the bulk form.
+BULK_CONFIRM = {
+    "reassign": "Reassign {n} to {worker}: whoever holds them now no longer does.",
+    "return": "Return {n} to their queues: whoever holds them now no longer does.",
+    "extend": "Extend the {clock} clock of {n} by {minutes} min.",
+    "abort": "Abort {n}: Step Functions hears TimedOut (HumanTask.TimedOut) for each, "
+             "with your reason.",
+}
+
+
+def _count(n: int) -> str:
+    return f"{n} task{'' if n == 1 else 's'}"
+
+
+def bulk_confirm_text(*, action: str, count: int, worker: User | None = None,
+                      clock: str = "", seconds: int = 0) -> str:
+    """Return the sentence naming what the bulk action will do to count tasks."""
+    return BULK_CONFIRM[action].format(
+        n=_count(count), worker=worker.email if worker else "",
+        clock=board.CLOCK_LABELS.get(clock, clock).lower(), minutes=seconds // 60)
 
 
 def _bulk_action(request: HttpRequest, action: str) -> tuple[Any, dict[str, Any]]:

@@ -71,7 +71,8 @@ def test_supervisor_sees_an_escalated_task_and_reassigns_it(
     help_dialog = page.get_by_role("dialog", name="Keyboard shortcuts")
     help_dialog.wait_for()
     listed = help_dialog.locator("dt kbd").all_inner_texts()
-    assert sorted(listed) == sorted(["j", "k", "Enter", "x", "/", "?", "Esc"])
+    assert sorted(listed) == sorted(["j", "k", "Enter", "x", "/", "g", "e", "q", "b", "?",
+                                     "Esc"])
     page.keyboard.press("Escape")
     help_dialog.wait_for(state="hidden")
 
@@ -88,7 +89,7 @@ def test_supervisor_sees_an_escalated_task_and_reassigns_it(
     page.get_by_role("combobox", name="Worker").select_option(
         label="ana@example.com · available · proficiency 4 · 3 of 3 free")
     page.locator("#reassign-reason").fill("Ana knows this supplier")
-    page.get_by_role("button", name="Reassign").click()
+    page.get_by_role("button", name="Reassign", exact=True).click()
     status = page.get_by_role("status")
     status.get_by_text("Reassigned to ana@example.com").wait_for()
     assert "Reassigned to ana@example.com: Review invoice INV-99." in status.inner_text()

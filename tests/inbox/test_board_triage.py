@@ -230,10 +230,11 @@ def test_escalated_and_overdue_tasks_come_first_with_why_and_since(
     assert html.index('id="board-attention"') < html.index(str(queued.pk))
     notes = {t.pk: (t.why, t.since) for t in attention}
     event = escalated.events.get(to_state=TaskState.ESCALATED)
-    assert notes[escalated.pk] == (event.reason, event.at)
-    assert notes[late_work.pk][0] == "The work clock ran out"
+    assert notes[escalated.pk] == (f"Escalated: {event.reason}", event.at)
+    assert notes[late_work.pk][0] == "Overdue: the work clock ran out"
     assert abs(notes[late_work.pk][1] - since) < datetime.timedelta(seconds=1)
-    assert "The work clock ran out (since" in text_of(page)
+    assert re.search(r"Overdue: the work clock ran out \(since \d+ \w+, \d\d:\d\d UTC ?, "
+                     r"5 min \d\d s ago\)", text_of(page))
 
 
 def test_other_orders_and_later_pages_show_no_separate_attention_list(
@@ -249,7 +250,7 @@ def test_other_orders_and_later_pages_show_no_separate_attention_list(
     page = client.get("/supervisor/?sort=priority")
     assert escalated.pk in {t.pk for t in page.context["tasks"]}
     # Its why still shows in the row.
-    assert f"{reason} (since" in text_of(page)
+    assert f"Escalated: {reason} (since" in text_of(page)
 
 
 def test_the_default_orders_two_lists_hold_every_task_once(make_task, supervisor,

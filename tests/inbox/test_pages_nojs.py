@@ -284,13 +284,15 @@ def test_help_lists_the_shortcuts_of_the_page_it_is_on(make_task, worker, checke
     everywhere = {"?", "Esc"}
 
     board = help_keys(browser_for(supervisor).get("/supervisor/"))
-    assert board == everywhere | {"j", "k", "Enter", "x", "/"}
+    supervising = {"g", "e", "q", "b"}
+    assert board == everywhere | {"j", "k", "Enter", "x", "/"} | supervising
     assert help_keys(browser_for(worker).get(f"/tasks/{held.pk}/")) == \
         everywhere | {"1", "9", "Ctrl", "Enter", "r", "u"}
     assert help_keys(browser_for(checker).get(f"/tasks/{offer.pk}/")) == \
         everywhere | {"a", "d"}
-    # Someone else's task: only taking the next one.
-    assert help_keys(browser_for(supervisor).get(f"/tasks/{held.pk}/")) == everywhere | {"n"}
+    # Someone else's task: taking the next one, and the supervisor's actions on this one.
+    assert help_keys(browser_for(supervisor).get(f"/tasks/{held.pk}/")) == \
+        everywhere | {"n"} | supervising
 
 
 def test_a_reason_longer_than_the_api_allows_is_refused_on_the_page_and_changes_nothing(

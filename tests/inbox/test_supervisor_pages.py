@@ -237,14 +237,14 @@ def test_return_extend_and_abort_through_the_task_page(make_task, supervisor, wo
     task.refresh_from_db()
     assert task.work_deadline >= before + datetime.timedelta(minutes=30)
 
-    response = client.post(f"/tasks/{task.pk}/return/", {"reason": "ana is away"},
-                           follow=True)
+    response = client.post(f"/tasks/{task.pk}/return/", {"reason": "ana is away",
+                                                          "confirmed": "1"}, follow=True)
     assert messages_of(response) == [f"Returned to the queue: {task.title}."]
     task.refresh_from_db()
     assert (task.state, task.assignee) == (TaskState.QUEUED, None)
 
-    response = client.post(f"/tasks/{task.pk}/abort/", {"reason": "duplicate invoice"},
-                           follow=True)
+    response = client.post(f"/tasks/{task.pk}/abort/", {"reason": "duplicate invoice",
+                                                         "confirmed": "1"}, follow=True)
     assert messages_of(response) == [f"Aborted: {task.title}."]
     task.refresh_from_db()
     assert task.state == TaskState.ABORTING and task.reason == "duplicate invoice"
@@ -263,7 +263,8 @@ def test_an_action_without_a_reason_or_on_a_stale_page_is_refused_with_a_message
                            {"clock": "work", "minutes": "5", "reason": "x"}, follow=True)
     assert "not running" in messages_of(response)[0]
     response = client.post(f"/tasks/{task.pk}/return/",
-                           {"reason": "x", "version": task.version + 5}, follow=True)
+                           {"reason": "x", "version": task.version + 5, "confirmed": "1"},
+                           follow=True)
     assert response.status_code == 200 and messages_of(response)
     task.refresh_from_db()
     assert (task.state, task.version) == (TaskState.QUEUED, 1)
@@ -279,7 +280,7 @@ def test_bulk_shows_each_tasks_outcome(make_task, supervisor, worker, browser_fo
     client = browser_for(supervisor)
     response = client.post("/supervisor/bulk/", {
         "action": "extend", "task": [held.pk, queued.pk], "clock": "work", "minutes": "10",
-        "reason": "month end", "filters": "sort=priority",
+        "reason": "month end", "filters": "sort=priority", "confirmed": "1",
     })
     assert response["Location"] == "/supervisor/?sort=priority"
     said = messages_of(client.get(response["Location"]))
@@ -293,13 +294,13 @@ def test_bulk_reassign_and_return(make_task, supervisor, worker, browser_for):
     client = browser_for(supervisor)
     response = client.post("/supervisor/bulk/", {
         "action": "reassign", "task": [t.pk for t in tasks[:2]], "worker": worker.pk,
-        "reason": "ana takes these"}, follow=True)
+        "reason": "ana takes these", "confirmed": "1"}, follow=True)
     assert messages_of(response) == ["Reassigned 2 of 2: T0, T1."]
     assert set(Task.objects.filter(assignee=worker).values_list("title", flat=True)) == {
         "T0", "T1"}
     response = client.post("/supervisor/bulk/", {
-        "action": "return", "task": [t.pk for t in tasks], "reason": "ana is away"},
-        follow=True)
+        "action": "return", "task": [t.pk for t in tasks], "reason": "ana is away",
+        "confirmed": "1"}, follow=True)
     assert messages_of(response)[0] == "Returned to the queue 3 of 3: T0, T1, T2."
     assert not Task.objects.filter(assignee__isnull=False).exists()
 
@@ -314,7 +315,8 @@ def test_bulk_needs_an_action_and_checked_tasks(make_task, supervisor, browser_f
                                    follow=True))
     assert said == ["Check at least one task."]
     said = messages_of(client.post("/supervisor/bulk/", {
-        "action": "abort", "reason": "x", "task": ["not-a-uuid"]}, follow=True))
+        "action": "abort", "reason": "x", "task": ["not-a-uuid"], "confirmed": "1"},
+        follow=True))
     assert said == ["not-a-uuid: No such task."]
     assert Task.objects.get().state == TaskState.QUEUED
 
@@ -326,7 +328,8 @@ def test_every_supervisor_post_needs_the_csrf_token(make_task, supervisor, worke
                                                     browser_for):
     task = make_task()
     client = browser_for(supervisor, enforce_csrf_checks=True)
-    data = {"reason": "x", "worker": worker.pk, "clock": "overall", "minutes": "5"}
+    data = {"reason": "x", "worker": worker.pk, "clock": "overall", "minutes": "5",
+            "confirmed": "1"}
     for action in ["reassign", "return", "extend", "abort"]:
         assert client.post(f"/tasks/{task.pk}/{action}/", data).status_code == 403, action
     assert client.post("/supervisor/bulk/", {**data, "action": "abort",

@@ -211,6 +211,7 @@ function inboxFetchPage(gone) {
   // would take or decide a second task.
   var submitting = false;
   document.addEventListener("submit", function (event) {
+    if (event.defaultPrevented) return; // held back (a confirm step asks first)
     var submitter = event.submitter;
     if (submitter && submitter.getAttribute("formmethod") === "dialog") return;
     if (event.target.getAttribute("method") === "dialog") return;
@@ -418,6 +419,217 @@ function inboxFetchPage(gone) {
         var row = box.closest("[data-nav-row]");
         if (!row || !row.hidden) box.checked = event.target.checked;
       });
+    });
+  }
+
+  inboxReady(start);
+})();
+
+// Supervisor dialogs. On a task page, g/e/q/b (the buttons of the Supervise section) open
+// the reassign/extend/return/abort form in #supervise-dialog: the form itself is moved in
+// and back when the dialog closes, so the page keeps one copy. On the board the same keys
+// act on the row selected with j/k: the action's page of its own (/tasks/<id>/<action>/)
+// is fetched and its form shown, posting back to the board. Esc closes; focus returns to
+// the button or the row. A form marked [data-confirm] (return, abort) or
+// [data-confirm-bulk] is not sent by its first submit: #confirm-dialog names what will
+// happen, and its confirm button sends the form with confirmed=1. Without this file the
+// forms stay on the page and the server shows the confirm step on a page of its own.
+(function () {
+  "use strict";
+
+  var KEYS = {g: "reassign", e: "extend", q: "return", b: "abort"};
+  var dialog = null, body = null, trigger = null, home = null;
+  var confirmDialog = null, pending = null, returnTo = null;
+
+  function typing(el) {
+    if (!el || !el.tagName) return false;
+    if (el.isContentEditable || el.tagName === "TEXTAREA" || el.tagName === "SELECT") return true;
+    return el.tagName === "INPUT" && ["checkbox", "radio", "button", "submit", "reset"]
+      .indexOf(el.type) === -1;
+  }
+
+  function focusFirst(container) {
+    var field = container.querySelector(
+      "select:not([disabled]), input:not([type=hidden]):not([disabled]), textarea, button");
+    if (field) field.focus();
+  }
+
+  function show(content, opener) {
+    trigger = opener;
+    var title = content.querySelector("h1[id], h2[id], h3[id]");
+    var about = content.querySelector("#action-task"); // the board's: which task
+    dialog.setAttribute("aria-labelledby", (title ? title.id : "supervise-dialog-title") +
+                        (about ? " action-task" : ""));
+    body.appendChild(content);
+    dialog.showModal();
+    focusFirst(content);
+  }
+
+  function closed() {
+    var content = body.firstElementChild;
+    if (content && home) {
+      home.parentNode.insertBefore(content, home);
+      home.remove();
+    } else {
+      body.replaceChildren();
+    }
+    home = null;
+    if (trigger && document.contains(trigger)) trigger.focus();
+    trigger = null;
+  }
+
+  // The task page: move the action's form into the dialog.
+  function openOnPage(action, opener) {
+    var form = document.querySelector('#supervise [data-supervise-form="' + action + '"]');
+    if (!form || dialog.open) return false;
+    home = document.createComment("supervise-form");
+    form.parentNode.insertBefore(home, form);
+    show(form, opener);
+    return true;
+  }
+
+  // The board: fetch the selected row's action page and show its form.
+  function openForRow(action) {
+    var row = document.querySelector("[data-nav-row].selected[data-task]");
+    if (!row || row.hidden || dialog.open) return false;
+    var opener = row.querySelector("[data-nav-primary]") || row;
+    var url = "/tasks/" + row.getAttribute("data-task") + "/" + action + "/";
+    window.fetch(url, {credentials: "same-origin", headers: {"Accept": "text/html"}})
+      .then(function (response) {
+        if (!response.ok || response.redirected) {
+          window.location.href = url; // the page says why (signed out, task closed)
+          return null;
+        }
+        return response.text();
+      })
+      .then(function (html) {
+        if (!html || dialog.open) return;
+        var doc = new DOMParser().parseFromString(html, "text/html");
+        var found = doc.querySelector("[data-supervise-page]");
+        if (!found) return;
+        var content = document.importNode(found, true);
+        var form = content.querySelector("form[data-supervise-form]");
+        if (form) {
+          [["from", "board"], ["filters", window.location.search.replace(/^\?/, "")]]
+            .forEach(function (pair) {
+              var input = document.createElement("input");
+              input.type = "hidden";
+              input.name = pair[0];
+              input.value = pair[1];
+              form.appendChild(input);
+            });
+        }
+        show(content, opener);
+      })
+      .catch(function () { window.location.href = url; });
+    return true;
+  }
+
+  // Confirm step ---------------------------------------------------------------------------
+  function count(n) { return n + " task" + (n === 1 ? "" : "s"); }
+
+  function bulkWords(form) {
+    var action = form.querySelector("[data-bulk-action]");
+    var option = action && action.selectedOptions[0];
+    var checked = form.querySelectorAll("input[name=task]:checked").length;
+    if (!option || !option.value || !checked) return null; // the server says what is missing
+    var worker = form.querySelector("#bulk-worker");
+    var picked = worker && worker.selectedOptions[0];
+    var text = option.getAttribute("data-confirm")
+      .replace("{n}", count(checked))
+      .replace("{worker}", picked ? picked.getAttribute("data-email") || "" : "")
+      .replace("{clock}", (form.querySelector("#bulk-clock") || {}).value || "")
+      .replace("{minutes}", (form.querySelector("#bulk-minutes") || {}).value || "");
+    var label = option.textContent.trim() + ": " + count(checked);
+    return {title: label + "?", text: text, button: label};
+  }
+
+  function ask(form, words) {
+    pending = form;
+    returnTo = document.activeElement;
+    confirmDialog.querySelector("#confirm-dialog-title").textContent = words.title;
+    confirmDialog.querySelector("[data-confirm-text]").textContent = words.text;
+    var reason = form.elements.reason ? form.elements.reason.value.trim() : "";
+    confirmDialog.querySelector("[data-confirm-reason]").textContent =
+      reason ? "Your reason: " + reason : "";
+    var yes = confirmDialog.querySelector("[data-confirm-yes]");
+    yes.textContent = words.button;
+    confirmDialog.showModal();
+    yes.focus();
+  }
+
+  function confirmed() {
+    var form = pending;
+    pending = null;
+    returnTo = null;
+    confirmDialog.close();
+    if (!form) return;
+    var flag = document.createElement("input");
+    flag.type = "hidden";
+    flag.name = "confirmed";
+    flag.value = "1";
+    form.appendChild(flag);
+    form.requestSubmit();
+    // The data is on its way: a page brought back by Back asks again.
+    flag.remove();
+  }
+
+  function start() {
+    dialog = document.getElementById("supervise-dialog");
+    confirmDialog = document.getElementById("confirm-dialog");
+    if (!dialog || !confirmDialog) return;
+    body = dialog.querySelector("[data-supervise-body]");
+    dialog.addEventListener("close", closed);
+
+    confirmDialog.addEventListener("close", function () {
+      pending = null;
+      if (returnTo && document.contains(returnTo)) returnTo.focus();
+      returnTo = null;
+    });
+    confirmDialog.querySelector("[data-confirm-yes]").addEventListener("click", confirmed);
+    confirmDialog.querySelector("[data-confirm-no]").addEventListener("click", function () {
+      confirmDialog.close();
+    });
+    // A held-down Enter repeats: only a fresh press confirms.
+    confirmDialog.addEventListener("keydown", function (event) {
+      if (event.key === "Enter" && event.repeat) event.preventDefault();
+    });
+
+    // Capture: ahead of the page's one-submission guard, which skips a held-back submit.
+    document.addEventListener("submit", function (event) {
+      var form = event.target;
+      var submitter = event.submitter;
+      if (submitter && submitter.getAttribute("formmethod") === "dialog") return;
+      if (form.elements.confirmed && form.elements.confirmed.value === "1") return;
+      var words = null;
+      if (form.hasAttribute("data-confirm-bulk")) {
+        words = bulkWords(form);
+      } else if (form.hasAttribute("data-confirm")) {
+        var button = form.querySelector("[data-confirm-button]");
+        words = {title: form.getAttribute("data-confirm-title") || "Confirm",
+                 text: form.getAttribute("data-confirm"),
+                 button: button ? button.getAttribute("data-confirm-button") : "Confirm"};
+      }
+      if (!words) return;
+      event.preventDefault();
+      ask(form, words);
+    }, true);
+
+    document.addEventListener("click", function (event) {
+      var opener = event.target.closest && event.target.closest("[data-supervise-opens]");
+      if (opener && openOnPage(opener.getAttribute("data-supervise-opens"), opener)) {
+        event.preventDefault();
+      }
+    });
+
+    // The board's keys act on the selected row (a task page's buttons carry their keys).
+    if (!document.querySelector("[data-bulk]")) return;
+    document.addEventListener("keydown", function (event) {
+      if (event.defaultPrevented || event.isComposing) return;
+      if (event.ctrlKey || event.metaKey || event.altKey || typing(event.target)) return;
+      if (document.querySelector("dialog[open]")) return;
+      var action = KEYS[event.key];
+      if (action && openForRow(action)) event.preventDefault();
     });
   }
 
