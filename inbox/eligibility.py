@@ -197,6 +197,22 @@ def worker_verdict(*, task: Task, worker: User,
     return worker_verdicts(task=task, workers=User.objects.filter(pk=worker.pk), now=now)[0]
 
 
+def eligible_verdicts(*, task: Task, now: datetime.datetime | None = None) -> list[Verdict]:
+    """Return the eligible verdicts only, in dispatch's order (what dispatch offers to).
+
+    The rows are first narrowed in SQL by the verdict's lasting, cheap rules (active,
+    available, the skill at the task's proficiency), so a large team costs dispatch only
+    its likely candidates; every row left is still judged by the verdict, so the narrowing
+    can only drop workers the verdict excludes anyway (a test checks that the eligible are
+    the same with and without it).
+    """
+    likely = User.objects.filter(
+        is_active=True, availability=Availability.AVAILABLE,
+        worker_skills__skill_id=task.skill_id,
+        worker_skills__proficiency__gte=task.min_proficiency)
+    return [v for v in worker_verdicts(task=task, workers=likely, now=now) if v.eligible]
+
+
 def task_eligibility(*, task: Task) -> list[Verdict]:
     """Return the explainer's rows: every worker of the task's skill, eligible ones first
     (in dispatch's order), then the others by the reason that excludes them and e-mail."""

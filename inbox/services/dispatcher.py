@@ -11,7 +11,7 @@ from typing import Any
 from django.db import transaction
 
 from accounts.models import Dispatch, User
-from inbox.eligibility import REOFFER_COOLDOWN, worker_verdict, worker_verdicts
+from inbox.eligibility import REOFFER_COOLDOWN, eligible_verdicts, worker_verdict
 from inbox.lifecycle import IllegalTransition, transition
 from inbox.models import Task, TaskState
 from inbox.selectors import worker_lock
@@ -26,8 +26,9 @@ def offer_candidates(*, task: Task) -> list[User]:
 
     The eligible verdicts of inbox.eligibility (the explainer on the task page shows the
     same verdicts): least loaded first, those who let its offer lapse after everyone else.
+    One query, narrowed to the likely candidates (eligible_verdicts).
     """
-    return [verdict.worker for verdict in worker_verdicts(task=task) if verdict.eligible]
+    return [verdict.worker for verdict in eligible_verdicts(task=task)]
 
 
 def task_dispatch(*, task_id: Any) -> Task | None:

@@ -99,6 +99,7 @@ def test_the_explainer_gives_one_reason_per_excluded_worker_and_dispatchs_choice
         assert verdict.words
     eligible = [v.worker for v in verdicts if v.eligible]
     assert eligible == offer_candidates(task=task)
+    assert eligible == [v.worker for v in worker_verdicts(task=task) if v.eligible]
     assert {w.email for w in eligible} == {"eligible@example.com", "expert@example.com"}
     lapsed = next(v for v in verdicts if v.reason == Reason.LAPSED)
     assert lapsed.until is not None and "cooling down" in lapsed.words
@@ -133,10 +134,13 @@ def test_the_first_reason_is_the_one_shown_when_several_apply(crowd):
     assert verdict.words == "Proficiency 1; the task needs 3."
 
 
-def test_the_verdicts_cost_one_query_however_many_workers(crowd):
+def test_the_verdicts_and_dispatchs_candidates_cost_one_query_however_many_workers(crowd):
     with CaptureQueriesContext(connection) as queries:
         verdicts = worker_verdicts(task=crowd["task"])
     assert len(verdicts) == len(EXPECTED)
+    assert len(queries.captured_queries) == 1
+    with CaptureQueriesContext(connection) as queries:
+        assert len(offer_candidates(task=crowd["task"])) == 2
     assert len(queries.captured_queries) == 1
 
 

@@ -239,3 +239,33 @@ def test_the_withdrawn_offer_is_a_task_signal_too(ana, make_task):
     assert (signal.action, signal.state, signal.holder_before) == (
         "withdraw", TaskState.QUEUED, ana.pk)
     assert Task.objects.get(pk=task.pk).state == TaskState.QUEUED
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_an_away_worker_holds_no_offer_however_dispatch_and_going_away_race(
+    make_task, make_worker, check_skill
+):
+    """Dispatch offering twenty tasks while their only worker goes away: each offer either
+    committed first and was given back, or was never made (both take the worker's lock)."""
+    from inbox.services.dispatcher import dispatch_pending
+    from tests.concurrency import race
+
+    tasks = [make_task(skill="document-check", timeouts=TIMEOUTS) for _ in range(20)]
+    ana = make_worker({"document-check": 3}, email="ana@example.com")
+    ana.capacity = 100
+    ana.save()
+
+    def act(which: str) -> object:
+        if which == "dispatch":
+            return dispatch_pending()
+        return worker_set_availability(worker=ana, availability=Availability.AWAY)
+
+    _, errors = race(act, ["dispatch", "away"])
+    assert errors == []
+    assert User.objects.get(pk=ana.pk).availability == Availability.AWAY
+    assert not Task.objects.filter(assignee=ana).exists()
+    offered = TaskEvent.objects.filter(action="offer").count()
+    assert TaskEvent.objects.filter(action="withdraw").count() == offered
+    assert Task.objects.filter(pk__in=[t.pk for t in tasks],
+                               state=TaskState.QUEUED).count() == 20
