@@ -154,11 +154,11 @@ class UserAdmin(WorkerSkillsThroughServices, BaseUserAdmin):
 
 @admin.register(Skill)
 class SkillAdmin(WorkerSkillsThroughServices, admin.ModelAdmin):
-    list_display = ["slug", "name", "dispatch", "peer_visibility"]
+    list_display = ["slug", "name", "dispatch", "peer_visibility", "weight"]
     list_filter = ["dispatch", "peer_visibility"]
     search_fields = ["slug", "name"]
     prepopulated_fields = {"slug": ["name"]}
-    fields = ["slug", "name", "description", "dispatch", "peer_visibility"]
+    fields = ["slug", "name", "description", "dispatch", "peer_visibility", "weight"]
     inlines = [SkillWorkerInline]
 
 

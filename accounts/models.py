@@ -8,6 +8,8 @@ from knox.settings import CONSTANTS
 
 PROFICIENCY_MIN = 1
 PROFICIENCY_MAX = 5
+# A worker seen (accounts.sessions) this recently counts as online on the supervisor board.
+ONLINE_SECONDS = 5 * 60
 
 
 class UserManager(BaseUserManager["User"]):
@@ -50,8 +52,12 @@ class User(AbstractUser):
     capacity = models.PositiveSmallIntegerField(
         default=3,
         validators=[MinValueValidator(0), MaxValueValidator(100)],
-        help_text="Most tasks this worker may hold at once (0: none).",
+        help_text="Most capacity units this worker may hold at once (0: none); a task "
+                  "uses its skill's weight in units.",
     )
+    # When the worker last did something (accounts.sessions: at most once a minute); online
+    # means within ONLINE_SECONDS. None: signed out, or never seen.
+    last_seen = models.DateTimeField(null=True, blank=True)
 
     USERNAME_FIELD = "email"
     REQUIRED_FIELDS: list[str] = []
@@ -99,10 +105,18 @@ class Skill(models.Model):
         max_length=8, choices=PeerVisibility.choices, default=PeerVisibility.OWN,
         help_text="Which of the skill's tasks its workers see (supervisors see them all).",
     )
+    weight = models.PositiveSmallIntegerField(
+        default=1, validators=[MinValueValidator(1), MaxValueValidator(100)],
+        help_text="Capacity units one task of this skill uses (1: it counts as one task).",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
         ordering = ["slug"]
+        constraints = [
+            models.CheckConstraint(condition=models.Q(weight__gte=1, weight__lte=100),
+                                   name="skill_weight_1_to_100"),
+        ]
 
     def __str__(self) -> str:
         return self.slug
@@ -152,6 +166,7 @@ class AuditAction(models.TextChoices):
     SKILL_CHANGED = "skill_changed", "Proficiency changed"
     SKILL_REMOVED = "skill_removed", "Skill removed"
     ACCESS_CHANGED = "access_changed", "Account access changed"
+    AVAILABILITY_CHANGED = "availability_changed", "Availability changed"
 
 
 class AuditEvent(models.Model):

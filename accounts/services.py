@@ -113,10 +113,37 @@ def worker_skill_remove(*, worker: User, skill: Skill, actor: User | None = None
     return deleted > 0
 
 
-def worker_set_availability(*, worker: User, availability: Availability) -> None:
-    """Mark the worker available for new offers, or away."""
-    worker.availability = Availability(availability)
-    worker.save(update_fields=["availability"])
+def worker_set_availability(*, worker: User, availability: Availability,
+                            actor: User | None = None,
+                            request: HttpRequest | None = None) -> int:
+    """Mark the worker available for new offers and assignments, or away (audited).
+
+    Going away gives back the offers they hold: each goes to its queue and on to the next
+    worker (inbox.services.presence); work in progress stays theirs. Coming back, the
+    queued push tasks are offered again after commit. Return how many offers went back.
+    A change to the state already held changes nothing and is not audited.
+    """
+    # Inbox builds on accounts: its presence service is imported when used, not at load.
+    from inbox.services.presence import offers_withdraw, presence_after_commit
+
+    availability = Availability(availability)
+    with transaction.atomic():
+        # The worker's row lock, which dispatch and a reassign take before giving them a
+        # task: an offer made before this commits is given back here; after, they are away.
+        locked = User.objects.select_for_update().get(pk=worker.pk)
+        before = locked.availability
+        worker.availability = availability
+        if before == availability:
+            return 0
+        locked.availability = availability
+        locked.save(update_fields=["availability"])
+        audit_record(action=AuditAction.AVAILABILITY_CHANGED, actor=actor,
+                     subject=locked.email, request=request, before=before, after=availability)
+        withdrawn = 0
+        if availability == Availability.AWAY:
+            withdrawn = offers_withdraw(worker=locked, actor=actor)
+        presence_after_commit(availability=availability)
+    return withdrawn
 
 
 def worker_set_capacity(*, worker: User, capacity: int) -> None:

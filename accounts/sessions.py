@@ -7,6 +7,7 @@ thing the user did: the idle timeout counts from it). The session middleware
 (config.middleware.SessionIdleTimeoutMiddleware) ends a session past either limit.
 """
 
+import datetime
 import time
 from typing import Any
 
@@ -29,6 +30,7 @@ def session_mark_signed_in(sender: object, request: HttpRequest | None, user: An
     request.session[SIGNED_IN_AT] = now
     request.session[AUTHENTICATED_AT] = now
     request.session[SEEN_AT] = now
+    _seen(user, now)
 
 
 def session_mark_reauthenticated(request: HttpRequest) -> None:
@@ -59,7 +61,24 @@ def session_expired(request: HttpRequest) -> str | None:
 
 
 def session_touch(request: HttpRequest) -> None:
-    """Record the user's activity, at most once a SEEN_RESOLUTION_SECONDS."""
+    """Record the user's activity, at most once a SEEN_RESOLUTION_SECONDS (in the session,
+    and as the user's last_seen: the supervisor board's online)."""
     now = time.time()
     if now - request.session.get(SEEN_AT, 0) >= SEEN_RESOLUTION_SECONDS:
         request.session[SEEN_AT] = now
+        _seen(request.user, now)
+
+
+def presence_signed_out(sender: object, request: HttpRequest | None, user: Any,
+                        **kwargs: Any) -> None:
+    """Forget when the user was seen (a receiver of user_logged_out): no longer online."""
+    if user is not None and getattr(user, "pk", None):
+        _seen(user, None)
+
+
+def _seen(user: Any, at: float | None) -> None:
+    """Write the user's last_seen: one UPDATE of one column, no read."""
+    from accounts.models import User
+
+    moment = datetime.datetime.fromtimestamp(at, tz=datetime.UTC) if at is not None else None
+    User.objects.filter(pk=user.pk).update(last_seen=moment)

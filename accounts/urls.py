@@ -1,12 +1,14 @@
 from django.urls import path
 
-from accounts import views, views_tokens
+from accounts import views, views_presence, views_tokens
 
 app_name = "team"
 
 urlpatterns = [
     path("skills/", views.skills, name="skills"),
     path("skills/<int:worker_id>/", views.worker_save, name="worker-save"),
+    # A worker's own availability (the header's control).
+    path("presence/", views_presence.presence_set, name="presence"),
     # Every signed-in user's own API tokens (admins also make them for others).
     path("tokens/", views_tokens.tokens, name="tokens"),
     path("tokens/new/", views_tokens.token_create, name="token-create"),

@@ -11,15 +11,35 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db.models import Count, F, Min, OuterRef, Prefetch, Q, QuerySet, Subquery
+from django.contrib.auth.models import Group
+from django.db.models import (
+    BooleanField,
+    Case,
+    Count,
+    Exists,
+    F,
+    IntegerField,
+    Min,
+    OuterRef,
+    Prefetch,
+    Q,
+    QuerySet,
+    Subquery,
+    Sum,
+    Value,
+    When,
+)
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from accounts.models import Availability, Skill, User, WorkerSkill
+from accounts.models import ONLINE_SECONDS, Skill, User, WorkerSkill
 from accounts.roles import Role
 from accounts.selectors import user_roles
+from inbox.eligibility import Verdict, worker_verdicts
 from inbox.models import HELD_STATES, OPEN_STATES, Task, TaskEvent, TaskState
-from inbox.selectors import excluded_by_separation, visible_tasks
+from inbox.selectors import visible_tasks
+from inbox.services.presence import online_since
 
 PAGE_SIZE = 50
 
@@ -327,36 +347,59 @@ def escalation_of(*, task: Task) -> TaskEvent | None:
             .order_by("-version").first())
 
 
-def eligible_workers(*, task: Task) -> list[User]:
-    """Return the workers who may take the task now, most free capacity first.
+def eligible_workers(*, task: Task, verdicts: list[Verdict] | None = None) -> list[User]:
+    """Return the workers a supervisor may give the task to now, most free capacity first.
 
-    The conditions of inbox.selectors.eligibility_problem (active, a worker, the skill at
-    the task's proficiency, separation of duties) and of the reassign's capacity check
-    (what they hold below their capacity), and available: only workers a reassign to
-    them would not refuse. Each carries ``load``, ``free`` and ``proficiency``.
+    The assignable verdicts of inbox.eligibility (what task_reassign accepts: everything
+    dispatch asks but a declined or lapsed offer, which binds offers only), from verdicts
+    when the caller has them already. Each carries ``load`` and ``free`` (capacity units)
+    and ``proficiency``.
     """
-    proficiency = WorkerSkill.objects.filter(worker=OuterRef("pk"), skill_id=task.skill_id)
-    workers = list(
-        User.objects.filter(
-            is_active=True,
-            availability=Availability.AVAILABLE,
-            worker_skills__skill_id=task.skill_id,
-            worker_skills__proficiency__gte=task.min_proficiency,
-        )
-        .filter(Q(groups__name=Role.WORKER) | Q(is_superuser=True))
-        .exclude(pk=task.assignee_id or 0)
-        .annotate(load=Count("held_tasks", filter=Q(held_tasks__state__in=HELD_STATES),
-                             distinct=True),
-                  proficiency=Subquery(proficiency.values("proficiency")[:1]))
-        .annotate(free=F("capacity") - F("load"))
-        .filter(load__lt=F("capacity"))
-        .order_by("-free", "email")
+    workers = []
+    for verdict in worker_verdicts(task=task) if verdicts is None else verdicts:
+        if verdict.assignable:
+            verdict.worker.free = verdict.free
+            workers.append(verdict.worker)
+    return sorted(workers, key=lambda worker: (-worker.free, worker.email))
+
+
+# The most workers the board's presence lists (online and available ones first).
+PRESENCE_SIZE = 100
+
+
+def team_presence(*, skills: list[Skill], now: datetime.datetime) -> dict[str, Any]:
+    """Return the workers of the skills: availability, online, and what each holds.
+
+    Each row is a User with ``online`` (seen within accounts.models.ONLINE_SECONDS),
+    ``offered`` and ``in_progress`` (tasks) and ``load`` (the capacity units they use,
+    as inbox.eligibility counts them). Online first, then available, then by e-mail; at
+    most PRESENCE_SIZE, and how many more there are. One query for the rows, one to count.
+    """
+    held = (Task.objects.filter(assignee_id=OuterRef("pk"), state__in=HELD_STATES)
+            .order_by().values("assignee_id"))
+
+    def count(state: str) -> Coalesce:
+        return Coalesce(Subquery(held.filter(state=state).annotate(n=Count("id"))
+                                 .values("n"), output_field=IntegerField()), Value(0))
+
+    workers = (
+        User.objects.filter(is_active=True)
+        .filter(Exists(WorkerSkill.objects.filter(worker_id=OuterRef("pk"), skill__in=skills)))
+        .filter(Q(is_superuser=True)
+                | Exists(Group.objects.filter(name=Role.WORKER, user=OuterRef("pk"))))
     )
-    if task.exclude_workers_of:
-        # The selector itself, one query per candidate, only for tasks that exclude stages.
-        workers = [worker for worker in workers
-                   if not excluded_by_separation(user=worker, task=task)]
-    return workers
+    rows = list(
+        workers.annotate(
+            online=Case(When(last_seen__gte=online_since(now), then=Value(True)),
+                        default=Value(False), output_field=BooleanField()),
+            offered=count(TaskState.OFFERED), in_progress=count(TaskState.IN_PROGRESS),
+            load=Coalesce(Subquery(held.annotate(units=Sum("skill__weight")).values("units"),
+                                   output_field=IntegerField()), Value(0)),
+        ).order_by("-online", "availability", "email")[:PRESENCE_SIZE + 1]
+    )
+    more = workers.count() - PRESENCE_SIZE if len(rows) > PRESENCE_SIZE else 0
+    return {"workers": rows[:PRESENCE_SIZE], "more": more,
+            "online_minutes": ONLINE_SECONDS // 60}
 
 
 def bulk_workers(*, skills: list[Skill]) -> QuerySet[User]:
@@ -366,11 +409,15 @@ def bulk_workers(*, skills: list[Skill]) -> QuerySet[User]:
     ``free`` and ``proficiencies`` (their WorkerSkill rows of these skills, by slug). The
     reassign of each task still checks that worker against that task.
     """
+    # Capacity units, as inbox.eligibility counts them: each held task its skill's weight.
+    held = (Task.objects.filter(assignee_id=OuterRef("pk"), state__in=HELD_STATES)
+            .order_by().values("assignee_id"))
     return (
         User.objects.filter(is_active=True, worker_skills__skill__in=skills)
         .filter(Q(groups__name=Role.WORKER) | Q(is_superuser=True))
-        .annotate(load=Count("held_tasks", filter=Q(held_tasks__state__in=HELD_STATES),
-                             distinct=True))
+        .annotate(load=Coalesce(Subquery(held.annotate(units=Sum("skill__weight"))
+                                         .values("units"), output_field=IntegerField()),
+                                Value(0)))
         .annotate(free=F("capacity") - F("load"))
         .prefetch_related(Prefetch(
             "worker_skills", to_attr="proficiencies",

@@ -172,6 +172,13 @@ def _revoked(task: Task, step: Step) -> dict[str, Any]:
     return {"worker": holder.email}
 
 
+def _withdrawn(task: Task, step: Step) -> dict[str, Any]:
+    """Back to the queue: the worker offered it went away; offered to them again once back."""
+    holder = task.assignee
+    _to_queue(task, step)
+    return {"worker": holder.email}
+
+
 def _declined(task: Task, step: Step) -> dict[str, Any]:
     """Back to the queue; never offered to this worker again."""
     TaskPass.objects.get_or_create(task=task, worker=step.actor, defaults={
@@ -303,6 +310,9 @@ TRANSITIONS: dict[str, Transition] = {row.action: row for row in [
     Transition("decline", (OFFERED,), QUEUED, _declined, holder=NOT_YOURS,
                needs_reason="Say why you decline.", effects=(Effect.DISPATCH,)),
     Transition("release", (WORKING,), QUEUED, _to_queue, holder=NOT_HELD,
+               effects=(Effect.DISPATCH,)),
+    # The worker offered it went away (inbox.services.presence): the offer goes to another.
+    Transition("withdraw", (OFFERED,), QUEUED, _withdrawn, system="presence",
                effects=(Effect.DISPATCH,)),
     # The worker's decision.
     Transition("complete", (WORKING,), TaskState.COMPLETING, _answered, holder=NOT_HELD,

@@ -8,6 +8,11 @@ all of the process's connections, whatever their number) and hands each one, as 
 (task id, version, action, state, skill, process and stage), never the task's data: a
 page fetches what it shows through the normal, authorized views.
 
+A worker going away or coming back is told the same way, as a ``PresenceSignal`` (who,
+and to what), to the supervisors of the worker's skills: the reader also reads the audit
+log's availability changes of the last few seconds (one indexed query), so the board
+shows who is away within a second.
+
 The reader works the same on SQLite and PostgreSQL, so the embedded default needs neither
 Redis nor LISTEN/NOTIFY. Event ids are given at insert and a transaction may commit after
 a later one: the reader reads again everything newer than what it had seen LAG_SECONDS
@@ -18,6 +23,7 @@ import asyncio
 import collections
 import contextvars
 import dataclasses
+import datetime
 import logging
 import time
 import weakref
@@ -26,8 +32,9 @@ from typing import Any
 from asgiref.sync import sync_to_async
 from django.db import connection
 from django.urls import reverse
+from django.utils import timezone
 
-from accounts.models import User
+from accounts.models import AuditAction, AuditEvent, User, WorkerSkill
 from inbox.models import TaskEvent
 from inbox.selectors import Visibility, visibility_for
 
@@ -88,6 +95,42 @@ def signals_after(event_id: int, *, limit: int = READ_LIMIT) -> list[Signal]:
                  min_proficiency, from_state, holder_before) in rows]
 
 
+@dataclasses.dataclass(frozen=True)
+class PresenceSignal:
+    """A worker's availability changed, as a page is told of it: who and to what."""
+
+    audit: int
+    worker: int
+    availability: str
+    # For routing only, never sent: the worker's skills (their supervisors are told).
+    skill_ids: frozenset[int] = frozenset()
+
+    def as_json(self) -> dict[str, Any]:
+        return {"worker": self.worker, "availability": self.availability}
+
+
+# Availability changes are read again for this long: one that commits late is still told.
+PRESENCE_WINDOW = datetime.timedelta(seconds=2 * LAG_SECONDS)
+
+
+def presence_since(at: datetime.datetime, *, limit: int = READ_LIMIT) -> list[PresenceSignal]:
+    """Return the availability changes recorded (accounts.audit) since at, oldest first."""
+    rows = list(AuditEvent.objects.filter(action=AuditAction.AVAILABILITY_CHANGED, at__gte=at)
+                .order_by("pk").values_list("pk", "subject", "detail")[:limit])
+    if not rows:
+        return []
+    workers = dict(User.objects.filter(email__in={subject for _, subject, _ in rows})
+                   .values_list("email", "pk"))
+    skills: dict[int, set[int]] = collections.defaultdict(set)
+    for worker_id, skill_id in WorkerSkill.objects.filter(
+            worker_id__in=workers.values()).values_list("worker_id", "skill_id"):
+        skills[worker_id].add(skill_id)
+    return [PresenceSignal(audit=pk, worker=workers[subject],
+                           availability=str(detail.get("after", "")),
+                           skill_ids=frozenset(skills[workers[subject]]))
+            for pk, subject, detail in rows if subject in workers]
+
+
 def latest_event_id() -> int:
     """Return the id of the newest event (0 when there is none)."""
     return TaskEvent.objects.order_by("-pk").values_list("pk", flat=True).first() or 0
@@ -123,6 +166,15 @@ class Audience:
             assignee_id=(signal.holder_before if signal.holder_before is not None
                          else signal.assignee_id))
 
+    def wants_presence(self, signal: PresenceSignal) -> bool:
+        """Whether the user supervises the worker: an admin, or a supervisor of a skill the
+        worker holds (whom the board's presence shows them)."""
+        visibility = self.visibility
+        if visibility.everything:
+            return True
+        return bool(visibility.supervisor and visibility.skills
+                    and signal.skill_ids & visibility.skills.keys())
+
 
 def audience_for(*, user: User) -> Audience:
     """Return the audience of a user: what inbox.selectors.visible_tasks lets them see."""
@@ -153,12 +205,16 @@ class Subscription:
 
     def __init__(self, audience: Audience) -> None:
         self.audience = audience
-        self.queue: asyncio.Queue[Signal | None] = asyncio.Queue(maxsize=QUEUE_LIMIT)
+        self.queue: asyncio.Queue[Signal | PresenceSignal | None] = asyncio.Queue(
+            maxsize=QUEUE_LIMIT)
         # A signal both replayed (after a reconnect) and read live is sent once.
         self.sent = Recent(REPLAY_LIMIT + QUEUE_LIMIT)
 
-    def offer(self, signal: Signal) -> None:
-        if not self.audience.wants(signal) or not self.sent.add(signal.event):
+    def offer(self, signal: Signal | PresenceSignal) -> None:
+        if isinstance(signal, PresenceSignal):
+            if not self.audience.wants_presence(signal):
+                return
+        elif not self.audience.wants(signal) or not self.sent.add(signal.event):
             return
         try:
             self.queue.put_nowait(signal)
@@ -187,6 +243,7 @@ class LiveHub:
         self.last_id = -1
         # Read again within LAG_SECONDS, told once.
         self.told = Recent(20 * READ_LIMIT)
+        self.told_presence = Recent(READ_LIMIT)
 
     def subscribe(self, subscription: Subscription) -> None:
         self.subscriptions.add(subscription)
@@ -230,6 +287,11 @@ class LiveHub:
         if signals:
             self.last_id = max(self.last_id, signals[-1].event)
         self.seen.append((time.monotonic(), self.last_id))
+        changes = await sync_to_async(presence_since)(timezone.now() - PRESENCE_WINDOW)
+        for change in changes:
+            if self.told_presence.add(change.audit):
+                for subscription in list(self.subscriptions):
+                    subscription.offer(change)
 
     def _floor(self) -> int:
         """Return the newest event id seen at least LAG_SECONDS ago: read again past it."""

@@ -7,12 +7,13 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 from django.core.exceptions import ValidationError
-from django.db.models import Count, Exists, Min, OuterRef, Q, QuerySet
+from django.db.models import Count, Exists, Min, OuterRef, Q, QuerySet, Sum
 
 from accounts.models import PeerVisibility, User, WorkerSkill
 from accounts.roles import Role
 from accounts.selectors import user_roles
 from config.errors import Conflict, InboxError, NotFound
+from inbox.eligibility import ACCESS, Reason, over_capacity, worker_verdict
 from inbox.models import HELD_STATES, OPEN_STATES, Task, TaskEvent, TaskState
 from processes.forms import Form
 from processes.selectors import form_for
@@ -143,8 +144,9 @@ def access_task(*, user: User, task_id: object, action: Action = "view") -> Task
 def _access_gap(*, user: User, task: Task) -> tuple[str, int | None] | None:
     """Return what of the current access to work the task the user lacks, or None.
 
-    ("inactive" | "role" | "skill" | "proficiency", the proficiency they hold): the one
-    check behind hold_problem and eligibility_problem, which each say it their own way.
+    ("inactive" | "role" | "skill" | "proficiency", the proficiency they hold): what
+    hold_problem words, asked of one user under the task's row lock. Taking a task asks the
+    same of many workers at once in inbox.eligibility (a test checks the two agree).
     """
     if not user.is_active:
         return "inactive", None
@@ -183,26 +185,35 @@ def hold_problem(*, user: User, task: Task) -> str | None:
 
 
 def eligibility_problem(*, user: User, task: Task) -> str | None:
-    """Return why the user may not take the task, or None when they may."""
-    gap = _access_gap(user=user, task=task)
-    if gap is not None:
-        lacks, proficiency = gap
-        return {
-            "inactive": "Deactivated users take no tasks.",
-            "role": "Only workers take tasks (a supervisor who also works needs the worker "
-                    "role).",
-            "skill": f"You do not hold the skill {task.skill.slug}.",
-            "proficiency": (f"This task needs {task.skill.slug} at proficiency "
-                            f"{task.min_proficiency}; you hold {proficiency}."),
-        }[lacks]
-    if excluded_by_separation(user=user, task=task):
-        return ("Separation of duties: you worked on an earlier stage of this process "
-                f"({', '.join(task.exclude_workers_of)}).")
-    return None
+    """Return why the user may not take the task themselves, or None when they may.
+
+    Their access only (inbox.eligibility.ACCESS: active, a worker, the skill at the task's
+    proficiency, separation of duties), from the verdict dispatch decides by; capacity is
+    checked under the worker's lock (capacity_check). Away and a declined or lapsed offer
+    do not stop a worker taking a task themselves: they keep them from being offered it.
+    """
+    verdict = worker_verdict(task=task, worker=user)
+    lacks = next((reason for reason in verdict.reasons if reason in ACCESS), None)
+    if lacks is None:
+        return None
+    return {
+        Reason.INACTIVE: "Deactivated users take no tasks.",
+        Reason.NOT_WORKER: "Only workers take tasks (a supervisor who also works needs the "
+                           "worker role).",
+        Reason.SKILL: f"You do not hold the skill {task.skill.slug}.",
+        Reason.PROFICIENCY: (f"This task needs {task.skill.slug} at proficiency "
+                             f"{task.min_proficiency}; you hold {verdict.proficiency}."),
+        Reason.SEPARATION: ("Separation of duties: you worked on an earlier stage of this "
+                            f"process ({', '.join(task.exclude_workers_of)})."),
+    }[lacks]
 
 
 def excluded_by_separation(*, user: User, task: Task) -> bool:
-    """Return whether the user worked a stage of this execution the task excludes."""
+    """Return whether the user worked a stage of this execution the task excludes.
+
+    One task at a time (take next walks candidates); for many workers at once the
+    verdicts read it in their query (inbox.eligibility).
+    """
     if not task.exclude_workers_of:
         return False
     return Task.objects.filter(
@@ -211,8 +222,13 @@ def excluded_by_separation(*, user: User, task: Task) -> bool:
 
 
 def worker_load(*, user: User) -> int:
-    """Return how many tasks the worker holds (offered or in progress)."""
-    return Task.objects.filter(assignee=user, state__in=HELD_STATES).count()
+    """Return the capacity units the worker's held tasks use (offered or in progress).
+
+    Each task uses its skill's weight (accounts.models.Skill.weight, 1 by default).
+    """
+    units = (Task.objects.filter(assignee=user, state__in=HELD_STATES)
+             .aggregate(units=Sum("skill__weight"))["units"])
+    return units or 0
 
 
 def worker_lock(*, user: User) -> User:
@@ -224,13 +240,13 @@ def worker_lock(*, user: User) -> User:
     return User.objects.select_for_update().get(pk=user.pk)
 
 
-def capacity_check(*, user: User) -> None:
-    """Raise Conflict if the worker holds as many tasks as their capacity allows."""
+def capacity_check(*, user: User, weight: int = 1) -> None:
+    """Raise Conflict if a task of weight would take the worker past their capacity."""
     held = worker_load(user=user)
-    if held >= user.capacity:
+    if over_capacity(load=held, weight=weight, capacity=user.capacity):
         raise Conflict(
-            f"You hold {held} task(s), your capacity is {user.capacity}: finish or release "
-            "one first."
+            f"You hold {held} capacity unit(s), your capacity is {user.capacity} and this "
+            f"task needs {weight}: finish or release a task first."
         )
 
 

@@ -82,6 +82,10 @@ async def _events(audience: live.Audience, *, after: int | None) -> AsyncIterato
                 continue
             if signal is None:
                 return  # Too far behind: the browser reconnects and reloads what it shows.
+            if isinstance(signal, live.PresenceSignal):
+                # No id: a reconnecting browser replays task events only.
+                yield f"event: presence\ndata: {json.dumps(signal.as_json())}\n\n"
+                continue
             yield f"id: {signal.event}\nevent: task\ndata: {json.dumps(signal.as_json())}\n\n"
     finally:
         hub.unsubscribe(subscription)

@@ -20,6 +20,7 @@ from django.views.decorators.http import require_POST, require_safe
 from accounts.models import User
 from config.errors import Conflict, InboxError, NotFound
 from inbox import board, timeline
+from inbox.eligibility import task_eligibility
 from inbox.lifecycle import SUPERVISOR_REASON
 from inbox.live import live_url
 from inbox.models import OPEN_STATES, Task, TaskState
@@ -85,6 +86,7 @@ def supervisor_board(request: HttpRequest) -> HttpResponse:
             "clocks": [(clock, board.CLOCK_LABELS[clock]) for clock in supervisor.CLOCKS],
             "escalation_label": board.ESCALATION_LABEL,
             "live_url": stream,
+            "presence": board.team_presence(skills=skills, now=now),
         },
         # A bad filter or page link: the list without it, under the message saying so.
         status=400 if filters.problems else 200,
@@ -107,8 +109,12 @@ def supervisor_panel(request: HttpRequest, task: Task) -> dict[str, Any] | None:
                for clock in supervisor.CLOCKS if _clock_running(task, clock)]
     escalation = (board.escalation_of(task=task) if task.state == TaskState.ESCALATED
                   else None)
-    return {"workers": board.eligible_workers(task=task), "clocks": running,
-            "escalation": escalation, "presets": EXTEND_PRESETS.items(),
+    # Who may take it and why not (inbox.eligibility): the explainer and the reassign picker
+    # read the same verdicts, once.
+    verdicts = task_eligibility(task=task)
+    return {"workers": board.eligible_workers(task=task, verdicts=verdicts), "clocks": running,
+            "escalation": escalation, "eligibility": verdicts,
+            "presets": EXTEND_PRESETS.items(),
             "confirm": {action: confirm_text(task=task, action=action)
                         for action in ("return", "abort")},
             "confirm_titles": CONFIRM_TITLES}

@@ -6,52 +6,29 @@ commits (inbox.effects enqueues ``dispatch_task``), and beat offers whatever nob
 available for (``dispatch_pending``).
 """
 
-import datetime
 from typing import Any
 
 from django.db import transaction
-from django.db.models import Count, Exists, OuterRef, Q
-from django.utils import timezone
 
-from accounts.models import Availability, Dispatch, User
-from accounts.roles import Role
+from accounts.models import Dispatch, User
+from inbox.eligibility import REOFFER_COOLDOWN, eligible_verdicts, worker_verdict
 from inbox.lifecycle import IllegalTransition, transition
-from inbox.models import HELD_STATES, Task, TaskPass, TaskState
-from inbox.selectors import excluded_by_separation, worker_load, worker_lock
+from inbox.models import Task, TaskState
+from inbox.selectors import worker_lock
 
-# A worker who let an offer lapse may be offered it again after this, if nobody else can.
-REOFFER_COOLDOWN = datetime.timedelta(minutes=10)
+__all__ = ["REOFFER_COOLDOWN", "dispatch_pending", "offer_candidates", "task_dispatch"]
+
 DISPATCH_BATCH = 200
 
 
 def offer_candidates(*, task: Task) -> list[User]:
-    """Return the workers the task may be offered to, least loaded first."""
-    passes = TaskPass.objects.filter(task=task, worker=OuterRef("pk"))
-    workers = (
-        User.objects.filter(
-            is_active=True,
-            availability=Availability.AVAILABLE,
-            worker_skills__skill_id=task.skill_id,
-            worker_skills__proficiency__gte=task.min_proficiency,
-            groups__name=Role.WORKER,
-        )
-        # Never one who declined; one who let it lapse only after the cool-down.
-        .filter(~Exists(passes.filter(why=TaskPass.Why.DECLINED)))
-        .filter(~Exists(passes.filter(why=TaskPass.Why.LAPSED,
-                                      at__gt=timezone.now() - REOFFER_COOLDOWN)))
-        .annotate(
-            load=Count("held_tasks", filter=Q(held_tasks__state__in=HELD_STATES),
-                       distinct=True),
-            # Those who let this offer lapse come last: anyone else first.
-            lapsed=Exists(passes),
-        )
-        .order_by("lapsed", "load", "last_login", "pk")
-        .distinct()
-    )
-    return [
-        w for w in workers
-        if w.load < w.capacity and not excluded_by_separation(user=w, task=task)
-    ]
+    """Return the workers the task may be offered to, in the order dispatch tries them.
+
+    The eligible verdicts of inbox.eligibility (the explainer on the task page shows the
+    same verdicts): least loaded first, those who let its offer lapse after everyone else.
+    One query, narrowed to the likely candidates (eligible_verdicts).
+    """
+    return [verdict.worker for verdict in eligible_verdicts(task=task)]
 
 
 def task_dispatch(*, task_id: Any) -> Task | None:
@@ -62,8 +39,10 @@ def task_dispatch(*, task_id: Any) -> Task | None:
     for worker in offer_candidates(task=task):
         with transaction.atomic():
             worker = worker_lock(user=worker)
-            if worker_load(user=worker) >= worker.capacity:
-                continue  # Filled up since the candidates were read.
+            # Judged again under the worker's lock: filled up or gone away since the
+            # candidates were read (going away takes the same lock).
+            if not worker_verdict(task=task, worker=worker).eligible:
+                continue
             try:
                 return transition(task_id=task.pk, action="offer", worker=worker)
             except IllegalTransition:

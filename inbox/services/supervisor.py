@@ -14,9 +14,10 @@ from django.db import transaction
 
 from accounts.models import User
 from config.errors import Conflict, InboxError
+from inbox.eligibility import OFFER_ONLY, verdict_words, worker_verdict
 from inbox.lifecycle import SUPERVISOR_REASON, transition
 from inbox.models import Task
-from inbox.selectors import access_task, eligibility_problem, worker_load, worker_lock
+from inbox.selectors import access_task, worker_lock
 
 CLOCKS = ("offer", "work", "overall")
 MAX_EXTENSION = datetime.timedelta(days=30)
@@ -24,16 +25,21 @@ MAX_EXTENSION = datetime.timedelta(days=30)
 
 def task_reassign(*, supervisor: User, task_id: Any, worker: User, reason: str,
                   expected_version: int | None = None) -> Task:
-    """Give the task to a named eligible worker, who holds it from now (work clock starts)."""
+    """Give the task to a named eligible worker, who holds it from now (work clock starts).
+
+    The worker must be assignable (inbox.eligibility: a worker of the skill at the task's
+    proficiency, available, with room for its weight, not excluded by separation of
+    duties); judged under the worker's lock, so capacity and availability hold at commit.
+    """
     task = access_task(user=supervisor, task_id=task_id, action="manage")
     _reason_given(reason)
-    problem = eligibility_problem(user=worker, task=task)
-    if problem:
-        raise Conflict(f"{worker.email} cannot take this task: {problem}")
     with transaction.atomic():
         worker = worker_lock(user=worker)
-        if worker_load(user=worker) >= worker.capacity:
-            raise Conflict(f"{worker.email} is at capacity ({worker.capacity}).")
+        verdict = worker_verdict(task=task, worker=worker)
+        if not verdict.assignable:
+            blocking = next(r for r in verdict.reasons if r not in OFFER_ONLY)
+            raise Conflict(f"{worker.email} cannot take this task: "
+                           f"{verdict_words(task=task, verdict=verdict, reason=blocking)}")
         return transition(task_id=task.pk, action="reassign", actor=supervisor, reason=reason,
                           expected_version=expected_version, worker=worker)
 

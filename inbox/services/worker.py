@@ -25,6 +25,7 @@ from inbox.selectors import (
     eligibility_problem,
     excluded_by_separation,
     task_form,
+    worker_load,
     worker_lock,
 )
 from inbox.services.access import task_revoke
@@ -47,15 +48,20 @@ def task_take_next(*, worker: User, skill: str | None = None) -> Task:
     links = WorkerSkill.objects.filter(worker=worker, skill__dispatch=Dispatch.PULL)
     if skill:
         links = links.filter(skill__slug=skill)
-    eligible = Q()
-    for skill_id, proficiency in links.values_list("skill_id", "proficiency"):
-        eligible |= Q(skill_id=skill_id, min_proficiency__lte=proficiency)
-    if not eligible:
+    held = list(links.values_list("skill_id", "proficiency", "skill__weight"))
+    if not held:
         which = f" {skill}" if skill else ""
         raise NothingToTake(f"You hold no skill with a pull queue{which}.")
     with transaction.atomic():
         worker = worker_lock(user=worker)
-        capacity_check(user=worker)
+        # Capacity is weighted: only the skills whose next task still fits.
+        free = worker.capacity - worker_load(user=worker)
+        eligible = Q()
+        for skill_id, proficiency, weight in held:
+            if weight <= free:
+                eligible |= Q(skill_id=skill_id, min_proficiency__lte=proficiency)
+        if not eligible:
+            capacity_check(user=worker, weight=min(weight for _, _, weight in held))
         skipped: list = []
         for _ in range(TAKE_NEXT_SCAN):
             candidate = (
@@ -86,7 +92,7 @@ def task_claim(*, worker: User, task_id: Any, expected_version: int | None = Non
         raise Conflict(f"Tasks of {task.skill.slug} are offered, not claimed.")
     with transaction.atomic():
         worker = worker_lock(user=worker)
-        capacity_check(user=worker)
+        capacity_check(user=worker, weight=task.skill.weight)
         return transition(task_id=task.pk, action="claim", actor=worker,
                           expected_version=expected_version)
 

@@ -148,10 +148,17 @@ def test_reassign_lists_only_workers_who_may_take_the_task_most_free_capacity_fi
     listed = page.context["supervise"]["workers"]
     assert [w.email for w in listed] == ["roomy@example.com", "busy@example.com"]
     html = page.content.decode()
+    picker = html[html.index('<select id="reassign-worker"'):]
+    picker = picker[:picker.index("</select>")]
     for absent in ["full@", "away@", "novice@", "reviewer@"]:
-        assert absent not in html
-    assert "roomy@example.com · available · proficiency 4 · 5 of 5 free" in html
-    assert "busy@example.com · available · proficiency 3 · 2 of 3 free" in html
+        assert absent not in picker
+    assert "roomy@example.com · available · proficiency 4 · 5 of 5 free" in picker
+    assert "busy@example.com · available · proficiency 3 · 2 of 3 free" in picker
+    # The explainer says why each of the others may not (one reason each).
+    for email, reason in [("full", "capacity"), ("away", "away"), ("novice", "proficiency"),
+                          ("reviewer", "separation")]:
+        assert (f'data-eligibility-worker="{email}@example.com" data-reason="{reason}"'
+                in html)
     # The same conditions as the reassign itself: each one listed may take it.
     for worker in listed:
         assert eligibility_problem(user=worker, task=task) is None

@@ -61,7 +61,7 @@ def test_take_next_reads_and_locks_its_task_once(make_task, make_worker, transac
 
     task_reads = [q["sql"] for q in queries.captured_queries
                   if q["sql"].startswith("SELECT") and 'FROM "inbox_task"' in q["sql"]
-                  and "COUNT(" not in q["sql"]]
+                  and "COUNT(" not in q["sql"] and "SUM(" not in q["sql"]]
     assert len(task_reads) == 1, task_reads
     assert not any("SAVEPOINT" in q["sql"] for q in queries.captured_queries)
     assert (taken.pk, taken.state, taken.version) == (task.pk, TaskState.IN_PROGRESS,

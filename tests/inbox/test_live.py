@@ -88,6 +88,7 @@ def test_an_event_committed_out_of_order_is_told_once_and_not_lost(monkeypatch):
     reads = iter([[_signal(5)], [_signal(4), _signal(5)], []])
     monkeypatch.setattr(live, "signals_after", lambda floor, **kwargs: next(reads))
     monkeypatch.setattr(live, "latest_event_id", lambda: 3)
+    monkeypatch.setattr(live, "presence_since", lambda at, **kwargs: [])
     monkeypatch.setattr(live, "LAG_SECONDS", 3600)  # every read goes back to the start
 
     async def scenario() -> list[int]:
@@ -205,6 +206,7 @@ def test_a_reader_that_stopped_for_want_of_pages_starts_afresh(monkeypatch):
     """Events of the quiet hour are not poured on the next page: it replays its own."""
     monkeypatch.setattr(live, "latest_event_id", lambda: 9)
     monkeypatch.setattr(live, "signals_after", lambda floor, **kwargs: [])
+    monkeypatch.setattr(live, "presence_since", lambda at, **kwargs: [])
     monkeypatch.setattr(live, "POLL_SECONDS", 0)
 
     async def scenario() -> int:
@@ -219,3 +221,26 @@ def test_a_reader_that_stopped_for_want_of_pages_starts_afresh(monkeypatch):
         return hub.last_id
 
     assert _run(scenario) == -1
+
+
+def test_an_availability_change_is_told_once_to_the_supervisors_of_the_worker(monkeypatch):
+    """Read again while it is recent, a presence change reaches a page once; a page of
+    another skill's supervisor hears nothing of it."""
+    change = live.PresenceSignal(audit=7, worker=42, availability="away",
+                                 skill_ids=frozenset({1}))
+    monkeypatch.setattr(live, "signals_after", lambda floor, **kwargs: [])
+    monkeypatch.setattr(live, "latest_event_id", lambda: 3)
+    monkeypatch.setattr(live, "presence_since", lambda at, **kwargs: [change])
+
+    async def scenario() -> tuple[list, list]:
+        hub = LiveHub()
+        mine = Subscription(Audience(SKILL_1_SUPERVISOR))
+        other = Subscription(Audience(
+            Visibility(user_id=2, supervisor=True, skills={9: (3, "own")})))
+        hub.subscriptions.update({mine, other})
+        for _ in range(3):
+            await hub._poll()
+        return ([mine.queue.get_nowait() for _ in range(mine.queue.qsize())],
+                [other.queue.get_nowait() for _ in range(other.queue.qsize())])
+
+    assert _run(scenario) == ([change], [])

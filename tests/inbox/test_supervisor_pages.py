@@ -204,7 +204,13 @@ def test_task_page_offers_the_supervisor_actions_with_eligible_workers_only(
     page = browser_for(supervisor).get(f"/tasks/{task.pk}/")
     html = page.content.decode()
     assert [w.email for w in page.context["supervise"]["workers"]] == [worker.email]
-    assert novice.email not in html and not_a_worker.email not in html
+    picker = html[html.index('<select id="reassign-worker"'):]
+    picker = picker[:picker.index("</select>")]
+    assert worker.email in picker
+    assert novice.email not in picker and not_a_worker.email not in picker
+    # Who may take it says why not, one reason each (inbox.eligibility).
+    assert f'data-eligibility-worker="{novice.email}" data-reason="proficiency"' in html
+    assert f'data-eligibility-worker="{not_a_worker.email}" data-reason="not_worker"' in html
     for action in ["reassign", "extend", "abort"]:
         assert f'action="/tasks/{task.pk}/{action}/"' in html
     assert f'action="/tasks/{task.pk}/return/"' not in html  # queued already

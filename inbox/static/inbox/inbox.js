@@ -845,9 +845,74 @@ function inboxFetchPage(gone) {
       try { signal = JSON.parse(event.data); } catch (e) { return; }
       signalled(signal);
     });
+    // A worker went away or came back (inbox.live): the board refreshes as for a task.
+    source.addEventListener("presence", function () {
+      document.dispatchEvent(new CustomEvent("inbox:signal", {detail: {presence: true}}));
+    });
     source.addEventListener("open", function () { root.setAttribute("data-live-open", ""); });
     window.addEventListener("pagehide", function () { source.close(); });
   }
 
   inboxReady(start);
+})();
+
+// Presence: Shift+A (or the header's button) sets the worker away or available again. The
+// form is posted in place, so the page being worked on stays as it is; the fresh header
+// control and the server's message replace the old ones. Without this file the form posts
+// and the page comes back. A supervisor's board hears of the change on its live stream.
+(function () {
+  "use strict";
+
+  var NOT_TYPING = ["checkbox", "radio", "button", "submit", "reset", "range", "color", "file",
+                    "image", "hidden"];
+
+  function typing(el) {
+    if (!el || !el.tagName) return false;
+    if (el.isContentEditable || el.tagName === "TEXTAREA" || el.tagName === "SELECT") return true;
+    return el.tagName === "INPUT" && NOT_TYPING.indexOf(el.type) === -1;
+  }
+
+  function post(form, button) {
+    var data = new FormData(form);
+    data.set(button.name, button.value);
+    var focused = form.contains(document.activeElement);
+    form.setAttribute("aria-busy", "true");
+    window.fetch(form.action, {method: "POST", body: data, credentials: "same-origin",
+                               headers: {"Accept": "text/html"}})
+      .then(function (response) { return response.ok ? response.text() : null; })
+      .then(function (html) {
+        var fresh = html && new DOMParser().parseFromString(html, "text/html");
+        var control = fresh && fresh.querySelector("form[data-presence]");
+        if (!control) {
+          form.submit();  // Signed out or refused: let the page say so.
+          return;
+        }
+        form.replaceWith(control);
+        var region = document.querySelector(".messages[aria-live]");
+        var said = fresh.querySelector(".messages[aria-live]");
+        if (region && said) region.innerHTML = said.innerHTML;
+        if (focused) control.querySelector("[data-presence-toggle]").focus();
+      })
+      .catch(function () { form.submit(); });
+  }
+
+  // Capture, and stopped here: the page's one-submission guard is for forms that leave it.
+  document.addEventListener("submit", function (event) {
+    var form = event.target;
+    if (!form.matches || !form.matches("form[data-presence]") || !window.fetch) return;
+    event.preventDefault();
+    event.stopPropagation();
+    if (form.getAttribute("aria-busy") === "true") return;
+    post(form, event.submitter || form.querySelector("[data-presence-toggle]"));
+  }, true);
+
+  document.addEventListener("keydown", function (event) {
+    if (event.defaultPrevented || event.isComposing || event.key !== "A" || !event.shiftKey ||
+        event.ctrlKey || event.metaKey || event.altKey || typing(event.target) ||
+        document.querySelector("dialog[open]")) return;
+    var button = document.querySelector("form[data-presence] [data-presence-toggle]");
+    if (!button) return;
+    event.preventDefault();
+    button.click();
+  });
 })();
