@@ -152,6 +152,8 @@ class AuditAction(models.TextChoices):
     SKILL_CHANGED = "skill_changed", "Proficiency changed"
     SKILL_REMOVED = "skill_removed", "Skill removed"
     ACCESS_CHANGED = "access_changed", "Account access changed"
+    SKILL_CREATED = "skill_created", "Skill created"
+    SKILL_EDITED = "skill_edited", "Skill settings changed"
 
 
 class AuditEvent(models.Model):
