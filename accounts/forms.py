@@ -121,7 +121,7 @@ class SkillForm(forms.ModelForm):
 
     dispatch = forms.TypedChoiceField(
         choices=Dispatch.choices, coerce=Dispatch, widget=forms.RadioSelect,
-        label="Dispatch",
+        label="Dispatch", initial=Dispatch.PULL.value,
         help_text="Pull: tasks wait in the queue and workers take the next. Push: each task "
                   "is offered to one eligible worker at a time, who accepts or declines "
                   "before the stage's offer clock runs out.",
@@ -130,7 +130,8 @@ class SkillForm(forms.ModelForm):
     )
     peer_visibility = forms.TypedChoiceField(
         choices=PeerVisibility.choices, coerce=PeerVisibility, widget=forms.RadioSelect,
-        label="Peer visibility", help_text=Skill._meta.get_field("peer_visibility").help_text,
+        label="Peer visibility", initial=PeerVisibility.OWN.value,
+        help_text=Skill._meta.get_field("peer_visibility").help_text,
         error_messages={"required": "Choose own or team.",
                         "invalid_choice": "Choose own or team."},
     )

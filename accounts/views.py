@@ -122,11 +122,12 @@ def _skills_page(request: HttpRequest, *, after: str, query: str = "",
     rows = _rows(workers, skills)
     if edited is not None:
         rows = [edited if row.worker.pk == edited.worker.pk else row for row in rows]
-    selected: set[str] = set()
     if bulk is not None:
         selected = set(bulk.data.getlist("worker"))
         for row in rows:
             row.selected = str(row.worker.pk) in selected
+        if "worker" in bulk.errors and rows:
+            rows[0].focus = "pick"  # where workers are selected
     if focus is not None:
         for row in rows:
             if row.worker.pk == focus[0]:

@@ -2,6 +2,7 @@
 (JSON for the grid's script, a plain form without it), undo, search and bulk grant; each
 change audited, each refusal saying what and where and keeping what was typed."""
 
+import re
 import time
 
 import pytest
@@ -351,6 +352,8 @@ def test_a_bad_bulk_grant_grants_nothing_and_keeps_the_choices(
     assert messages_of(response) == [f"Nothing granted: {error}"]
     html = response.content.decode()
     assert f'id="bulk-{where}-error"' in html
+    focused = re.findall(r'<(?:input|select) (?:[^>]* )?id="([^"]+)"[^>]* autofocus', html)
+    assert focused == [f"pick-{ana.pk}" if where == "worker" else f"bulk-{where}"]
     if where != "worker":
         # The workers checked stay checked; the proficiency typed stays in its field.
         assert [row.selected for row in response.context["rows"]] == [True, True]

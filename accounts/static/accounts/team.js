@@ -363,8 +363,9 @@
       } else {
         focusCell(focusTo);
       }
-    } else if (!document.activeElement || document.activeElement === document.body) {
-      focusCell(start);
+    } else if ((!document.activeElement || document.activeElement === document.body) &&
+               !document.querySelector("[autofocus]:not(dialog [autofocus])")) {
+      focusCell(start);  // unless the page focuses a field of its own (a refused form's)
     }
 
     grid.addEventListener("keydown", onKey);
