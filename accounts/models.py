@@ -154,6 +154,8 @@ class AuditAction(models.TextChoices):
     ACCESS_CHANGED = "access_changed", "Account access changed"
     SKILL_CREATED = "skill_created", "Skill created"
     SKILL_EDITED = "skill_edited", "Skill settings changed"
+    CAPACITY_CHANGED = "capacity_changed", "Capacity changed"
+    AVAILABILITY_CHANGED = "availability_changed", "Availability changed"
 
 
 class AuditEvent(models.Model):

@@ -196,9 +196,29 @@ def worker_set_availability(*, worker: User, availability: Availability) -> None
     worker.save(update_fields=["availability"])
 
 
-def worker_set_capacity(*, worker: User, capacity: int) -> None:
-    """Set the most tasks the worker may hold at once."""
+def worker_availability_change(*, worker: User, availability: Availability,
+                               actor: User | None = None,
+                               request: HttpRequest | None = None) -> None:
+    """Set the worker's availability for them (an admin's change: audited)."""
+    before = worker.availability
+    with transaction.atomic():
+        worker_set_availability(worker=worker, availability=availability)
+        if before != worker.availability:
+            audit_record(action=AuditAction.AVAILABILITY_CHANGED, actor=actor,
+                         subject=worker.email, request=request, before=before,
+                         after=worker.availability)
+
+
+def worker_set_capacity(*, worker: User, capacity: int, actor: User | None = None,
+                        request: HttpRequest | None = None) -> None:
+    """Set the most tasks the worker may hold at once (audited when it changes)."""
     if not 0 <= capacity <= 100:
         raise InboxError(f"Capacity must be from 0 to 100, not {capacity}.")
-    worker.capacity = capacity
-    worker.save(update_fields=["capacity"])
+    before = worker.capacity
+    with transaction.atomic():
+        worker.capacity = capacity
+        worker.save(update_fields=["capacity"])
+        if before != capacity:
+            audit_record(action=AuditAction.CAPACITY_CHANGED, actor=actor,
+                         subject=worker.email, request=request, before=before,
+                         after=capacity)

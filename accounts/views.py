@@ -5,10 +5,10 @@
 Only admins see them; to anyone else they do not exist (404); a change also needs a recent
 sign-in (accounts.decorators.admin_only). Each edit calls the services of accounts
 (skill_create, skill_update, worker_skill_set, worker_skills_grant, worker_skill_remove,
-worker_set_availability, worker_set_capacity), which write the audit log, then returns the
-tasks a worker may no longer hold (inbox.services.access); every POST goes through Django's
-CSRF check. The other team pages are their apps': intake errors in inbox.views_intake,
-processes in processes.views.
+worker_availability_change, worker_set_capacity), which write the audit log, then
+returns the tasks a worker may no longer hold (inbox.services.access); every POST goes
+through Django's CSRF check. The other team pages are their apps': intake errors in
+inbox.views_intake, processes in processes.views.
 """
 
 from dataclasses import dataclass, field
@@ -235,11 +235,13 @@ def worker_save(request: HttpRequest, worker_id: int) -> HttpResponse:
                 changes.append(f"{skill.name} {proficiency}")
         if availability is not None and availability != worker.availability:
             undo["availability"] = worker.availability
-            services.worker_set_availability(worker=worker, availability=availability)
+            services.worker_availability_change(worker=worker, availability=availability,
+                                                actor=request.user, request=request)
             changes.append(availability.label.lower())
         if capacity is not None and capacity != worker.capacity:
             undo["capacity"] = str(worker.capacity)
-            services.worker_set_capacity(worker=worker, capacity=capacity)
+            services.worker_set_capacity(worker=worker, capacity=capacity,
+                                         actor=request.user, request=request)
             changes.append(f"capacity {capacity}")
     said = [f"Saved {worker.email}: {', '.join(changes)}." if changes
             else f"Nothing changed for {worker.email}."]

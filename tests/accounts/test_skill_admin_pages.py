@@ -275,6 +275,19 @@ def test_without_javascript_the_page_offers_to_undo_the_last_row_saved(
     assert client.get("/team/skills/").context["undo"] is None  # shown once
 
 
+def test_capacity_and_availability_set_on_the_matrix_are_audited(admin, ana, browser_for):
+    client = browser_for(admin)
+    client.post(f"/team/skills/{ana.pk}/", {"capacity": "6"}, **JSON)
+    client.post(f"/team/skills/{ana.pk}/", {"availability": "away"}, **JSON)
+    client.post(f"/team/skills/{ana.pk}/", {"availability": "away", "capacity": "6"}, **JSON)
+    capacity, = entries(AuditAction.CAPACITY_CHANGED)
+    availability, = entries(AuditAction.AVAILABILITY_CHANGED)
+    assert (capacity.actor_email, capacity.subject, capacity.detail) == (
+        admin.email, ana.email, {"before": 3, "after": 6})
+    assert (availability.subject, availability.detail) == (
+        ana.email, {"before": "available", "after": "away"})
+
+
 # Search ---------------------------------------------------------------------------------------
 
 

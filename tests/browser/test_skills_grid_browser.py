@@ -241,11 +241,22 @@ def test_the_matrix_is_an_arrow_key_grid_saving_a_cell_with_undo(page, screensho
     assert ana.capacity == 7
     screenshot(page, "admin-skills-grid")
 
+    # The status's Undo button does what z does; then there is nothing left to undo.
+    status.get_by_role("button", name="Undo").focus()
+    page.keyboard.press("Enter")
+    status.get_by_text("Undone: Capacity of ana@example.com back to 3.").wait_for()
+    ana.refresh_from_db()
+    assert ana.capacity == 3
+    assert page.locator(f"#c-{ana.pk}-capacity").input_value() == "3"
+    assert cell_in_focus(page) == f"c-{ana.pk}-capacity"  # back where the change was
+    page.keyboard.press("z")
+    status.get_by_text("Nothing to undo").wait_for()
+
     # The page's Save buttons are for pages without the script: none is in the way.
     assert not page.get_by_role("button", name="Save ana@example.com").is_visible()
     assert list(AuditEvent.objects.filter(subject=ana.email, actor_id__isnull=False)
                 .order_by("pk").values_list("action", flat=True)) == [
-        AuditAction.SKILL_CHANGED] * 4
+        AuditAction.SKILL_CHANGED] * 4 + [AuditAction.CAPACITY_CHANGED] * 2
     assert problems == []
 
 
@@ -346,3 +357,45 @@ def test_the_skills_pages_fit_a_360px_phone(browser, live_server, team):
         assert problems == []
     finally:
         context.close()
+
+
+def test_a_cell_saved_long_after_sign_in_asks_for_the_password_then_is_saved(
+    page, team, settings
+):
+    """The grid's fetch meets the recent-sign-in rule: the row's form is posted the plain
+    way, allauth asks for the password and resumes the post."""
+    import time
+    from importlib import import_module
+
+    from accounts import sessions
+
+    problems = watch(page)
+    ana = team["ana"]
+    sign_in(page, "root@example.com")
+    page.goto("/team/skills/")
+    page.get_by_role("grid", name="Skills").wait_for()
+    page.wait_for_function("document.activeElement.matches('[data-grid-cell]')")
+    key = next(cookie["value"] for cookie in page.context.cookies()
+               if cookie["name"] == settings.SESSION_COOKIE_NAME)
+    store = import_module(settings.SESSION_ENGINE).SessionStore(session_key=key)
+    store[sessions.AUTHENTICATED_AT] = (time.time()
+                                        - settings.ACCOUNT_REAUTHENTICATION_TIMEOUT - 1)
+    store.save()
+
+    page.keyboard.press("ArrowRight")
+    page.keyboard.press("4")
+    page.keyboard.press("Enter")
+    page.wait_for_url("**/accounts/reauthenticate/**")
+    assert held(ana) == {"invoice-review": 2}
+    password = page.locator("input[type=password]")
+    password.wait_for()
+    password.focus()  # allauth's own page (not this feature's) does not focus its field
+    page.keyboard.type(PASSWORD)
+    page.keyboard.press("Enter")
+    page.wait_for_url("**/team/skills/**")
+    page.get_by_role("status").get_by_text("Saved ana@example.com: Invoice review 4."
+                                           ).wait_for()
+    assert held(ana) == {"invoice-review": 4}
+    page.wait_for_function(f"document.activeElement.contains(document.getElementById("
+                           f"'c-{ana.pk}-skill-invoice-review'))")
+    assert problems == []

@@ -148,7 +148,7 @@
       say("Nothing to undo: no change saved on this page yet (or it was undone).", "info");
       return;
     }
-    var change = lastUndo;
+    var change = lastUndo, from = document.activeElement;
     lastUndo = null;
     post(change.form, change.fields, function () {
       Object.keys(change.fields).forEach(function (name) {
@@ -177,7 +177,12 @@
         if (!first) first = cell;
       });
       say("Undone: " + change.label + ".", "success");
-      if (first && grid.contains(document.activeElement)) focusCell(first);
+      // Back to the cell changed, from the grid or the status's Undo (gone with it).
+      var here = document.activeElement;
+      if (first && (grid.contains(from) || (region && region.contains(from)) ||
+                    !here || here === document.body)) {
+        focusCell(first);
+      }
     }).catch(function (error) {
       lastUndo = change;
       say("Not undone: " + error.message + ". Press z to try again.", "error");
