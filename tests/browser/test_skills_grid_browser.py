@@ -336,7 +336,7 @@ def test_slash_finds_workers_and_a_bulk_grant_gives_them_a_skill(page, screensho
     assert problems == []
 
 
-def test_the_skills_pages_fit_a_360px_phone(browser, live_server, team):
+def test_the_skills_pages_fit_a_360px_phone(browser, live_server, team, screenshot):
     context = browser.new_context(base_url=live_server.url, viewport=PHONE)
     try:
         page = context.new_page()
@@ -349,6 +349,8 @@ def test_the_skills_pages_fit_a_360px_phone(browser, live_server, team):
             page.wait_for_load_state()
             assert sideways(page) == 0, path
             assert_accessible(page, f"phone {path}")
+            if path == "/team/skills/":
+                screenshot(page, "admin-skills-grid-phone")
         page.goto("/team/skills/settings/new/")
         page.locator("#id_slug").fill("Bad Slug")
         page.keyboard.press("Enter")

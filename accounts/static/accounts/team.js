@@ -324,9 +324,11 @@
       undo();
     } else if (ctrl || event.altKey) {
       handled = false;
-    } else if (key === " " || ((key === "Enter" || key === "F2") && !widgetOf(target))) {
+    } else if (key === " " && !widgetOf(target)) {
       handled = toggle(target);
-    } else if (key === "Enter" || key === "F2") {
+    } else if (key === "Enter" && target.classList.contains("pick")) {
+      handled = toggle(target);
+    } else if ((key === "Enter" || key === "F2" || key === " ") && widgetOf(target)) {
       startEdit(target, null);
     } else if (widgetOf(target) && canType(widgetOf(target), key)) {
       startEdit(target, key);
