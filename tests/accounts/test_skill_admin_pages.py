@@ -409,3 +409,26 @@ def test_a_bulk_grant_lowering_a_proficiency_returns_tasks_no_longer_allowed(
     assert (task.state, task.assignee) == (TaskState.QUEUED, None)
     assert ("1 held task(s) of dee@example.com went back to their queues: the skills saved "
             "no longer allow them.") in messages_of(response)
+
+
+# What a skill made on the page does --------------------------------------------------------
+
+
+def test_a_skill_created_on_the_page_receives_tasks_and_a_push_switch_offers_them(
+    admin, make_task, make_worker, browser_for
+):
+    """Intake takes an envelope naming the new slug; switched to push, the queued task is
+    offered by the dispatcher's beat round (dispatch_pending), as DECISIONS.md says."""
+    from inbox.models import TaskState
+    from inbox.services.dispatcher import dispatch_pending
+
+    client = browser_for(admin)
+    client.post("/team/skills/settings/new/", NEW)
+    dee = make_worker({"tax-check": 3}, email="dee@example.com")
+    task = make_task(skill="tax-check", title="Check VAT")
+    assert (task.skill.slug, task.state) == ("tax-check", TaskState.QUEUED)
+    assert dispatch_pending() == 0  # pull: nothing is offered
+    client.post("/team/skills/settings/tax-check/edit/", {**NEW, "dispatch": "push"})
+    assert dispatch_pending() == 1
+    task.refresh_from_db()
+    assert (task.state, task.assignee) == (TaskState.OFFERED, dee)
