@@ -1,13 +1,24 @@
-"""Forms of the accounts pages: sign-in, and a row of the team's skills matrix."""
+"""Forms of the accounts pages: sign-in, a skill's settings, a row of the team's skills
+matrix, and a bulk grant."""
 
 from typing import Any
 
 from allauth.account.forms import LoginForm as AllauthLoginForm
 from django import forms
 from django.core.exceptions import ValidationError
+from django.core.validators import RegexValidator
+from django.db.models import QuerySet
 from django.http import QueryDict
 
-from accounts.models import PROFICIENCY_MAX, PROFICIENCY_MIN, Availability, Skill
+from accounts.models import (
+    PROFICIENCY_MAX,
+    PROFICIENCY_MIN,
+    Availability,
+    Dispatch,
+    PeerVisibility,
+    Skill,
+    User,
+)
 
 CAPACITY_MAX = 100
 PROFICIENCIES = [str(level) for level in range(PROFICIENCY_MIN, PROFICIENCY_MAX + 1)]
@@ -93,4 +104,96 @@ class WorkerRowForm(forms.Form):
 
     def problems(self) -> dict[str, str]:
         """Return each bad field's error, in the order of the row."""
+        return {name: errors[0] for name, errors in self.errors.items()}
+
+
+# The envelope schema's pattern of a skill (processes/schemas/human-task-v1.schema.json):
+# a slug it refuses could never receive a task.
+SKILL_SLUG = RegexValidator(
+    r"^[a-z][a-z0-9-]{0,63}\Z",
+    "Use lowercase letters, digits and hyphens, starting with a letter, at most 64 "
+    "characters (e.g. invoice-review): process specs and task envelopes name a skill so.",
+)
+
+
+class SkillForm(forms.ModelForm):
+    """A skill's settings; the slug only when it is created (specs and tasks name it)."""
+
+    dispatch = forms.TypedChoiceField(
+        choices=Dispatch.choices, coerce=Dispatch, widget=forms.RadioSelect,
+        label="Dispatch", initial=Dispatch.PULL.value,
+        help_text="Pull: tasks wait in the queue and workers take the next. Push: each task "
+                  "is offered to one eligible worker at a time, who accepts or declines "
+                  "before the stage's offer clock runs out.",
+        error_messages={"required": "Choose pull or push.",
+                        "invalid_choice": "Choose pull or push."},
+    )
+    peer_visibility = forms.TypedChoiceField(
+        choices=PeerVisibility.choices, coerce=PeerVisibility, widget=forms.RadioSelect,
+        label="Peer visibility", initial=PeerVisibility.OWN.value,
+        help_text=Skill._meta.get_field("peer_visibility").help_text,
+        error_messages={"required": "Choose own or team.",
+                        "invalid_choice": "Choose own or team."},
+    )
+
+    class Meta:
+        model = Skill
+        fields = ["slug", "name", "description", "dispatch", "peer_visibility"]
+        help_texts = {
+            "slug": "The name process specs and task envelopes use (e.g. invoice-review); "
+                    "it cannot change once the skill exists.",
+            "name": "What people read on their queues and pages.",
+            "description": "Optional: what the work is, for workers and supervisors.",
+        }
+        error_messages = {
+            "slug": {"required": "Give the skill a slug, e.g. invoice-review.",
+                     "unique": "A skill with this slug exists already: choose another, or "
+                               "edit that skill."},
+            "name": {"required": "Give the skill a name, e.g. Invoice review."},
+        }
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if self.instance.pk:
+            del self.fields["slug"]
+        else:
+            # Instead of Django's slug rule (it lets in capitals and underscores).
+            self.fields["slug"].validators = [SKILL_SLUG]
+        self.fields["description"].widget.attrs["rows"] = 3
+
+    def settings(self) -> dict[str, Any]:
+        """Return the settings posted (the slug aside), as the services take them."""
+        return {name: self.cleaned_data[name]
+                for name in ("name", "description", "dispatch", "peer_visibility")}
+
+
+class BulkGrantForm(forms.Form):
+    """Grant one skill at one proficiency to the workers selected on the matrix."""
+
+    worker = forms.ModelMultipleChoiceField(
+        queryset=User.objects.none(),
+        error_messages={
+            "required": "Select at least one worker (the boxes in the first column).",
+            "invalid_choice": "A worker selected is no longer active: reload the page.",
+            "invalid_pk_value": "A worker selected is not one of the matrix's.",
+        },
+    )
+    skill = forms.ModelChoiceField(
+        queryset=Skill.objects.order_by("slug"), to_field_name="slug", empty_label=None,
+        label="Skill",
+        error_messages={"required": "Choose the skill to grant.",
+                        "invalid_choice": "That skill does not exist (any more): reload the "
+                                          "page."},
+    )
+    proficiency = forms.TypedChoiceField(
+        choices=[(level, level) for level in PROFICIENCIES], coerce=int, label="Proficiency",
+        error_messages={"required": PROFICIENCY_ERROR, "invalid_choice": PROFICIENCY_ERROR},
+    )
+
+    def __init__(self, *args: Any, workers: QuerySet[User], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["worker"].queryset = workers
+
+    def problems(self) -> dict[str, str]:
+        """Return each bad field's error."""
         return {name: errors[0] for name, errors in self.errors.items()}

@@ -166,6 +166,9 @@ class AuditAction(models.TextChoices):
     SKILL_CHANGED = "skill_changed", "Proficiency changed"
     SKILL_REMOVED = "skill_removed", "Skill removed"
     ACCESS_CHANGED = "access_changed", "Account access changed"
+    SKILL_CREATED = "skill_created", "Skill created"
+    SKILL_EDITED = "skill_edited", "Skill settings changed"
+    CAPACITY_CHANGED = "capacity_changed", "Capacity changed"
     AVAILABILITY_CHANGED = "availability_changed", "Availability changed"
 
 

@@ -46,14 +46,23 @@ def skill_workers(*, skill: Skill, min_proficiency: int = 1) -> QuerySet[User]:
     ).order_by("email")
 
 
-def team_workers(*, after: str = "", limit: int = 100) -> list[User]:
-    """Return up to limit active workers and supervisors by email, after the given email.
+def team_members() -> QuerySet[User]:
+    """Return the active workers and supervisors: the people of the skills matrix."""
+    return User.objects.filter(
+        is_active=True, groups__name__in=[Role.WORKER.value, Role.SUPERVISOR.value]
+    ).distinct()
+
+
+def team_workers(*, after: str = "", limit: int = 100, query: str = "") -> list[User]:
+    """Return up to limit active workers and supervisors by email, after the given email;
+    with a query, only those whose e-mail or name contains it (case-insensitive).
 
     Keyset pagination: a page costs the same however many workers come before it.
     """
-    workers = User.objects.filter(
-        is_active=True, groups__name__in=[Role.WORKER.value, Role.SUPERVISOR.value]
-    ).distinct()
+    workers = team_members()
+    if query:
+        workers = workers.filter(Q(email__icontains=query) | Q(first_name__icontains=query)
+                                 | Q(last_name__icontains=query))
     if after:
         workers = workers.filter(email__gt=after)
     return list(workers.order_by("email")[:limit])

@@ -13,6 +13,7 @@ from accounts.models import (
     AuditAction,
     Availability,
     Dispatch,
+    PeerVisibility,
     Skill,
     User,
     WorkerSkill,
@@ -77,9 +78,61 @@ def skill_ensure(*, slug: str, name: str, description: str = "",
     return skill
 
 
+# The settings of a skill an admin may change after creating it (the slug stays: process
+# specs and envelopes in flight name the skill by it).
+SKILL_SETTINGS = ("name", "description", "dispatch", "peer_visibility")
+
+
+def skill_create(*, slug: str, name: str, description: str = "",
+                 dispatch: Dispatch = Dispatch.PULL,
+                 peer_visibility: PeerVisibility = PeerVisibility.OWN,
+                 actor: User | None = None, request: HttpRequest | None = None) -> Skill:
+    """Create a skill (audited); refuse a slug another skill has."""
+    with transaction.atomic():
+        if Skill.objects.filter(slug=slug).exists():
+            raise InboxError(f"A skill with the slug {slug!r} exists already.")
+        skill = Skill.objects.create(slug=slug, name=name, description=description,
+                                     dispatch=Dispatch(dispatch),
+                                     peer_visibility=PeerVisibility(peer_visibility))
+        audit_record(action=AuditAction.SKILL_CREATED, actor=actor, subject=skill.slug,
+                     request=request, name=name, dispatch=skill.dispatch,
+                     peer_visibility=skill.peer_visibility)
+    return skill
+
+
+def skill_update(*, skill: Skill, actor: User | None = None,
+                 request: HttpRequest | None = None, **settings: str) -> list[str]:
+    """Change the skill's settings (SKILL_SETTINGS) to the values given; return the names of
+    those that changed, each audited with its value before and after in one entry."""
+    unknown = sorted(set(settings) - set(SKILL_SETTINGS))
+    if unknown:
+        raise InboxError(f"Not a setting of a skill: {', '.join(unknown)}.")
+    if "dispatch" in settings:
+        settings["dispatch"] = Dispatch(settings["dispatch"])
+    if "peer_visibility" in settings:
+        settings["peer_visibility"] = PeerVisibility(settings["peer_visibility"])
+    with transaction.atomic():
+        # Locked: two admins saving the same skill at once each record what they changed
+        # from the value the other left, not from the same stale one.
+        current = Skill.objects.select_for_update().get(pk=skill.pk)
+        changed = [name for name, value in settings.items() if getattr(current, name) != value]
+        if not changed:
+            return []
+        before = {name: getattr(current, name) for name in changed}
+        for name in changed:
+            setattr(current, name, settings[name])
+            setattr(skill, name, settings[name])
+        current.save(update_fields=changed)
+        audit_record(action=AuditAction.SKILL_EDITED, actor=actor, subject=skill.slug,
+                     request=request, changed=changed,
+                     **{f"{name}_before": before[name] for name in changed},
+                     **{name: settings[name] for name in changed})
+    return changed
+
+
 def worker_skill_set(*, worker: User, skill: Skill, proficiency: int,
-                     actor: User | None = None,
-                     request: HttpRequest | None = None) -> WorkerSkill:
+                     actor: User | None = None, request: HttpRequest | None = None,
+                     bulk: bool = False) -> WorkerSkill:
     """Grant the skill to the worker at this proficiency, or change it (audited)."""
     if not PROFICIENCY_MIN <= proficiency <= PROFICIENCY_MAX:
         raise InboxError(
@@ -97,9 +150,33 @@ def worker_skill_set(*, worker: User, skill: Skill, proficiency: int,
             audit_record(
                 action=AuditAction.SKILL_GRANTED if before is None else AuditAction.SKILL_CHANGED,
                 actor=actor, subject=worker.email, request=request, skill=skill.slug,
-                before=before, after=proficiency,
+                before=before, after=proficiency, **({"bulk": True} if bulk else {}),
             )
     return link
+
+
+def worker_skills_grant(*, workers: Iterable[User], skill: Skill, proficiency: int,
+                         actor: User | None = None,
+                         request: HttpRequest | None = None) -> dict[User, int | None]:
+    """Grant the skill at this proficiency to every worker, all or none (one transaction).
+
+    Each worker's grant is worker_skill_set's (one audit entry per worker whose proficiency
+    changes, marked bulk). Return {worker: proficiency before (None: not held)}.
+    """
+    if not PROFICIENCY_MIN <= proficiency <= PROFICIENCY_MAX:
+        raise InboxError(
+            f"Proficiency must be from {PROFICIENCY_MIN} to {PROFICIENCY_MAX}, not {proficiency}."
+        )
+    workers = list(workers)
+    if not workers:
+        raise InboxError("Select at least one worker to grant the skill to.")
+    with transaction.atomic():
+        before = dict(WorkerSkill.objects.filter(worker__in=workers, skill=skill)
+                      .values_list("worker_id", "proficiency"))
+        for worker in workers:
+            worker_skill_set(worker=worker, skill=skill, proficiency=proficiency,
+                             actor=actor, request=request, bulk=True)
+    return {worker: before.get(worker.pk) for worker in workers}
 
 
 def worker_skill_remove(*, worker: User, skill: Skill, actor: User | None = None,
@@ -146,9 +223,16 @@ def worker_set_availability(*, worker: User, availability: Availability,
     return withdrawn
 
 
-def worker_set_capacity(*, worker: User, capacity: int) -> None:
-    """Set the most tasks the worker may hold at once."""
+def worker_set_capacity(*, worker: User, capacity: int, actor: User | None = None,
+                        request: HttpRequest | None = None) -> None:
+    """Set the most tasks the worker may hold at once (audited when it changes)."""
     if not 0 <= capacity <= 100:
         raise InboxError(f"Capacity must be from 0 to 100, not {capacity}.")
-    worker.capacity = capacity
-    worker.save(update_fields=["capacity"])
+    before = worker.capacity
+    with transaction.atomic():
+        worker.capacity = capacity
+        worker.save(update_fields=["capacity"])
+        if before != capacity:
+            audit_record(action=AuditAction.CAPACITY_CHANGED, actor=actor,
+                         subject=worker.email, request=request, before=before,
+                         after=capacity)

@@ -9,6 +9,10 @@ urlpatterns = [
     path("skills/<int:worker_id>/", views.worker_save, name="worker-save"),
     # A worker's own availability (the header's control).
     path("presence/", views_presence.presence_set, name="presence"),
+    path("skills/grant/", views.bulk_grant, name="bulk-grant"),
+    path("skills/settings/", views.skill_list, name="skill-list"),
+    path("skills/settings/new/", views.skill_create, name="skill-create"),
+    path("skills/settings/<slug:slug>/edit/", views.skill_edit, name="skill-edit"),
     # Every signed-in user's own API tokens (admins also make them for others).
     path("tokens/", views_tokens.tokens, name="tokens"),
     path("tokens/new/", views_tokens.token_create, name="token-create"),

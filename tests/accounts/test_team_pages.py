@@ -73,7 +73,8 @@ def test_the_team_pages_link_to_each_other(admin, browser_for):
     """The skills page and the audit log are the accounts app's; intake errors and processes
     are their apps'."""
     client = browser_for(admin)
-    pages = ["/team/skills/", "/team/intake/", "/team/processes/", "/team/audit/"]
+    pages = ["/team/skills/", "/team/skills/settings/", "/team/intake/", "/team/processes/",
+             "/team/audit/"]
     for path in pages:
         html = client.get(path).content.decode()
         nav = re.search(r'<nav class="team-nav".*?</nav>', html, re.S).group(0)
@@ -253,4 +254,4 @@ def test_the_help_lists_only_the_team_pages_own_shortcuts(admin, browser_for):
     client = browser_for(admin)
     everywhere = {"?", "Esc"}
     assert help_keys(client.get("/team/skills/").content.decode()) == everywhere | {
-        "Tab", "Shift", "Enter"}
+        "←", "→", "↑", "↓", "Home", "End", "Enter", "z", "Ctrl", "Z", "Space", "/", "Tab"}
