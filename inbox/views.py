@@ -18,13 +18,16 @@ from accounts.selectors import user_roles
 from config.errors import Conflict, NotFound
 from inbox.answer_form import answer_fields
 from inbox.board import clock_label
-from inbox.lifecycle import transition_problem
+from inbox.lifecycle import transition_problem, undo_seconds
 from inbox.live import live_url
 from inbox.models import HELD_STATES, Task, TaskState
 from inbox.page_actions import calls, posted, posted_version, refused, task_action, to_home
 from inbox.selectors import (
+    Undoable,
     UnknownForm,
     access_task,
+    answer_undone,
+    decision_undoable,
     eligibility_problem,
     hold_problem,
     my_queues,
@@ -53,6 +56,7 @@ def home(request: HttpRequest) -> HttpResponse:
             "roles": sorted(role.label for role in user_roles(user=request.user)),
             "can_take": any(queue["dispatch"] == Dispatch.PULL for queue in queues),
             "live_url": stream,
+            "undo": _undoable(request),
         },
     )
 
@@ -139,6 +143,10 @@ task_release_page = task_action(
 task_claim_page = task_action(calls(worker.task_claim))
 task_accept_page = task_action(calls(worker.task_accept),
                                done="Accepted. The work clock is running.")
+task_undo_page = task_action(
+    calls(worker.task_undo),
+    done="Undone: {task.title} is yours again, in progress; nothing was sent to Step "
+         "Functions.")
 task_decline_page = task_action(
     calls(worker.task_decline, reason=posted("reason")),
     done="Declined: {task.title}. It will be offered to someone else.", then=to_home,
@@ -178,8 +186,11 @@ def task_page(request: HttpRequest, task: Task, *, answer_form: AnswerForm | Non
         form = task_form(task=task)
     except UnknownForm as exc:
         form_problem = exc.message
+    history = list(task_history(task=task))
     if form is not None and answer_form is None:
-        answer_form = answer_form_class(form)()
+        # Just undone: the answer taken back is there again, to correct.
+        undone = working and history and history[-1].action == "undo"
+        answer_form = answer_form_class(form)(initial=answer_undone(task=task) if undone else None)
     fields = answer_fields(answer_form) if form is not None else []
     return render(
         request,
@@ -197,13 +208,19 @@ def task_page(request: HttpRequest, task: Task, *, answer_form: AnswerForm | Non
             "lost": lost,
             "claim_problem": claim_problem,
             "clocks": _clocks(task),
-            "history": task_history(task=task),
+            "history": history,
             "supervise": supervisor_panel(request, task),
             "timeline": timeline_panel(request, task),
             "live_url": stream or live_url(),
+            "undo": _undoable(request),
         },
         status=status,
     )
+
+
+def _undoable(request: HttpRequest) -> Undoable | None:
+    """Return the decision the user may still undo, to offer it (no query when undo is off)."""
+    return decision_undoable(user=request.user) if undo_seconds() else None
 
 
 def _clocks(task: Task) -> list[dict[str, Any]]:

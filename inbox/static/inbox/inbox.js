@@ -639,3 +639,31 @@ function inboxFetchPage(gone) {
 
   inboxReady(start);
 })();
+
+// Undo, on the reviewer's pages: the [data-undo] panel offers to take the last complete or
+// reject back (its button, or z) until its time[data-undo-until]; then it goes, and z with
+// it. Without this file the panel stays as rendered, and a late Undo is refused by the
+// server with why.
+(function () {
+  "use strict";
+
+  function closeWhenDue() {
+    document.querySelectorAll("[data-undo]").forEach(function (panel) {
+      var until = panel.querySelector("time[data-undo-until]");
+      var left = until ? Date.parse(until.getAttribute("datetime")) - Date.now() : 0;
+      if (left > 0 || panel.hidden) return;
+      panel.hidden = true;
+      panel.querySelectorAll("[data-shortcut]").forEach(function (el) {
+        el.removeAttribute("data-shortcut");
+      });
+    });
+  }
+
+  function start() {
+    if (!document.querySelector("[data-undo]")) return;
+    closeWhenDue();
+    window.setInterval(closeWhenDue, 250);
+  }
+
+  inboxReady(start);
+})();
