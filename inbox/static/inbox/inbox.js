@@ -188,9 +188,7 @@ function inboxFetchPage(gone) {
   }
   document.addEventListener("input", syncRequiredOf);
   document.addEventListener("change", syncRequiredOf);
-  document.querySelectorAll("form").forEach(function (form) {
-    if (form.querySelector("[data-required-if]")) syncRequired(form);
-  });
+  formsReady();
 
   function submitWithCtrlEnter(target) {
     var form = target.closest && target.closest("form");
@@ -220,8 +218,72 @@ function inboxFetchPage(gone) {
     }
     submitting = true;
     event.target.setAttribute("aria-busy", "true");
+    if (event.target.hasAttribute("data-swap") && window.fetch && window.DOMParser) {
+      event.preventDefault();
+      swapSubmit(event.target, submitter);
+    }
   });
   window.addEventListener("pageshow", function () { submitting = false; });
+
+  // Swapping in place: a form marked [data-swap] (the answer form) is posted by fetch with
+  // the X-Inbox-Swap header, and the server answers with the next page itself (its URL in
+  // X-Inbox-Location), rendered after the decision and the take committed: one round trip,
+  // and no new document (styles, script and connection stay). Its body replaces this one,
+  // the URL and title follow, focus goes where the page puts it. A redirect comes back as
+  // its location alone (204) and is opened as a page; no answer at all (offline) posts the
+  // form the ordinary way, which says what is wrong (a complete posted twice is one
+  // decision). Without fetch the form posts as it always did.
+  var shownPath = window.location.pathname;
+
+  function swapSubmit(form, submitter) {
+    var body = new FormData(form);
+    if (submitter && submitter.name) body.append(submitter.name, submitter.value);
+    window.fetch(form.action, {method: "POST", body: body, credentials: "same-origin",
+                               headers: {"X-Inbox-Swap": "1", "Accept": "text/html"}})
+      .then(function (response) {
+        var location = response.headers.get("X-Inbox-Location");
+        if (response.status === 204 && location) {
+          window.location.assign(location);
+          return null;
+        }
+        if ((response.headers.get("Content-Type") || "").indexOf("text/html") !== 0) {
+          window.location.reload();
+          return null;
+        }
+        return response.text().then(function (html) {
+          // Signed out meanwhile: the sign-in page, at its own address.
+          swapIn(html, location || (response.redirected ? response.url : null));
+        });
+      })
+      .catch(function () {
+        form.removeAttribute("data-swap");
+        submitting = false;
+        form.requestSubmit(submitter || undefined);
+      });
+  }
+
+  function swapIn(html, location) {
+    var fresh = new DOMParser().parseFromString(html, "text/html");
+    document.title = fresh.title;
+    document.body.replaceWith(document.adoptNode(fresh.body));
+    if (location && location !== window.location.pathname) {
+      window.history.pushState(null, "", location);
+    }
+    shownPath = window.location.pathname;
+    submitting = false;
+    window.scrollTo(0, 0);
+    var first = Array.prototype.find.call(document.querySelectorAll("main [autofocus]"),
+                                          function (el) { return !el.closest("dialog"); });
+    (first || document.getElementById("task-title") || document.body).focus();
+    document.dispatchEvent(new CustomEvent("inbox:swapped"));
+    document.dispatchEvent(new CustomEvent("inbox:refreshed"));
+  }
+
+  // Back and forward to an address whose page is not the one shown (a swap put it there,
+  // or took it away) show that address's page as it is now.
+  window.addEventListener("popstate", function () {
+    if (window.location.pathname !== shownPath) window.location.reload();
+  });
 
   // Keys --------------------------------------------------------------------------------
   function openDialog(id) {
@@ -303,10 +365,36 @@ function inboxFetchPage(gone) {
     });
   }
 
+  // Messages rendered with the page sit in the live region from the start, and screen
+  // readers announce changes, not what was there: write them again once the page settled.
+  function announceMessages() {
+    var region = document.querySelector(".messages[aria-live]");
+    if (region && region.textContent.trim()) {
+      window.setTimeout(function () {
+        region.querySelectorAll(".message").forEach(function (p) {
+          p.textContent = p.textContent;
+        });
+      }, 300);
+    }
+  }
+
+  function formsReady() {
+    document.querySelectorAll("form").forEach(function (form) {
+      if (form.querySelector("[data-required-if]")) syncRequired(form);
+    });
+  }
+
   function start() {
     scrollersFocusable();
     window.addEventListener("resize", scrollersFocusable);
     document.addEventListener("inbox:refreshed", scrollersFocusable);
+    // A page swapped in (see swapIn) is started as a loaded one is.
+    document.addEventListener("inbox:swapped", function () {
+      announceMessages();
+      formsReady();
+      localTimes();
+      tick();
+    });
     var box = document.querySelector("[data-search]");
     if (box) {
       box.addEventListener("input", function () { filterRows(box); });
@@ -319,16 +407,7 @@ function inboxFetchPage(gone) {
         }
       });
     }
-    // Messages rendered with the page sit in the live region from the start, and screen
-    // readers announce changes, not what was there: write them again once the page settled.
-    var region = document.querySelector(".messages[aria-live]");
-    if (region && region.textContent.trim()) {
-      window.setTimeout(function () {
-        region.querySelectorAll(".message").forEach(function (p) {
-          p.textContent = p.textContent;
-        });
-      }, 300);
-    }
+    announceMessages();
     // Parts of the page replaced by a fetch (board refresh, execution timeline) say so.
     document.addEventListener("inbox:refreshed", localTimes);
     // Rows put in place by a refresh are filtered as the box says.
@@ -480,6 +559,7 @@ function inboxFetchPage(gone) {
   }
 
   inboxReady(start);
+  document.addEventListener("inbox:swapped", start);
 })();
 
 // Live updates. A page marked [data-live] opens one EventSource on that URL. Each "task"
@@ -617,6 +697,10 @@ function inboxFetchPage(gone) {
     }
   }
 
+  var source = null, recent = [];
+  // How long a signal is kept to be told again to a page swapped in meanwhile.
+  var RECENT_MS = 10000;
+
   function start() {
     root = document.querySelector("[data-live]");
     var toggle = document.querySelector("[data-sound-toggle]");
@@ -626,15 +710,31 @@ function inboxFetchPage(gone) {
         window.localStorage.setItem(SOUND_KEY, toggle.checked ? "on" : "off");
       });
     }
+    document.addEventListener("inbox:swapped", swapped);
     if (!root || !window.EventSource) return;
-    var source = new window.EventSource(root.getAttribute("data-live"));
+    source = new window.EventSource(root.getAttribute("data-live"));
     source.addEventListener("task", function (event) {
       var signal;
       try { signal = JSON.parse(event.data); } catch (e) { return; }
+      var now = Date.now();
+      recent = recent.filter(function (seen) { return now - seen.at < RECENT_MS; });
+      recent.push({at: now, signal: signal});
       signalled(signal);
     });
     source.addEventListener("open", function () { root.setAttribute("data-live-open", ""); });
     window.addEventListener("pagehide", function () { source.close(); });
+  }
+
+  // A page swapped in (the next task) keeps this stream: it was rendered after the stream
+  // started, so what it shows plus what the stream told since is complete. The signals of
+  // the last seconds are told again to it (one may have come between its render and the
+  // swap, while the page before was listening); those it already shows are passed over.
+  function swapped() {
+    window.clearTimeout(waiting);
+    root = document.querySelector("[data-live]");
+    if (!root || !source) return;
+    if (source.readyState === window.EventSource.OPEN) root.setAttribute("data-live-open", "");
+    recent.forEach(function (seen) { signalled(seen.signal); });
   }
 
   inboxReady(start);
@@ -659,11 +759,14 @@ function inboxFetchPage(gone) {
     });
   }
 
+  var timer = null;
+
   function start() {
-    if (!document.querySelector("[data-undo]")) return;
+    if (!document.querySelector("[data-undo]") || timer !== null) return;
     closeWhenDue();
-    window.setInterval(closeWhenDue, 250);
+    timer = window.setInterval(closeWhenDue, 250);
   }
 
   inboxReady(start);
+  document.addEventListener("inbox:swapped", start);
 })();
