@@ -6,7 +6,8 @@ import pytest
 from inbox.models import Outbox, OutboxStatus, Task, TaskState
 from inbox.services.callback import SendResult, callback_send, outbox_drain
 from tests.browser.a11y import assert_accessible
-from tests.browser.keyboard import PASSWORD
+from tests.browser.keyboard import PASSWORD, PHONE
+from tests.browser.test_layout_browser import sideways, widest
 from tests.browser.test_reviewer_browser import focused, open_task_titled, sign_in
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -51,6 +52,10 @@ def test_z_takes_a_complete_back_and_nothing_is_sent(
     assert undo.locator("time[data-undo-until]").inner_text().endswith(" s left")
     assert_accessible(page, "a task page offering to undo the last complete")
     screenshot(page, "reviewer-undo")
+    page.set_viewport_size(PHONE)
+    assert sideways(page) == 0, widest(page)
+    assert_accessible(page, "a task page offering to undo, on a phone")
+    page.set_viewport_size({"width": 1280, "height": 720})
 
     page.keyboard.press("z")
     open_task_titled(page, "Review invoice INV-1")
