@@ -180,3 +180,29 @@ def test_a_task_swapped_in_hears_a_change_made_to_it_on_the_same_stream(
     assert len(live) == streams  # the same stream, not a new connection
     # (Not checked with axe-core here: the taken-away state's faded form fails colour
     # contrast on any task page, swapped in or loaded; reported, not this test's subject.)
+
+
+def test_a_reject_from_its_dialog_swaps_the_next_task_in_too(
+    live_page, problems, make_task, make_worker
+):
+    page = live_page
+    make_worker({"invoice-review": 4}, email="ana@example.com", password=PASSWORD)
+    make_task(title="Review invoice INV-9", priority=60)
+    make_task(title="Review invoice INV-10", priority=50)
+    sign_in(page, "ana@example.com")
+    page.keyboard.press("n")
+    open_task_titled(page, "Review invoice INV-9")
+    page.evaluate("window.sameDocument = true")
+
+    page.keyboard.press("r")
+    page.get_by_role("dialog", name="Reject the task without answering").wait_for()
+    page.keyboard.type("Not an invoice")
+    page.keyboard.press("Enter")
+
+    page.get_by_role("heading", name="Review invoice INV-10", level=1).wait_for()
+    page.wait_for_function("document.activeElement.id === 'task-title'")
+    assert page.evaluate("window.sameDocument") is True
+    assert page.get_by_role("status").inner_text() == "Rejected: Review invoice INV-9."
+    assert not page.locator("dialog[open]").count()
+    assert Task.objects.get(title="Review invoice INV-9").state == TaskState.REJECTING
+    assert_accessible(page, "a task page swapped in by a reject")
