@@ -11,6 +11,10 @@
 //   [data-needs-script]    shown only once this file runs (a control that needs it)
 // Every [data-opens] control is a link or a form of its own, working without this file: the
 // script opens the dialog in its place.
+// The answer form swaps the next task's page in without a new document (see swapIn): its
+// body is replaced and "inbox:swapped" is dispatched on document. A section that holds on
+// to elements of the page, or wires them once, does it again on that event (listeners on
+// document stay and need nothing).
 
 // Run fn once the page is parsed: at once for this deferred file, later if loaded early.
 function inboxReady(fn) {
