@@ -252,6 +252,9 @@ INBOX_SENDTASK_RATE = env_int("INBOX_SENDTASK_RATE", 250, minimum=0)
 INBOX_HEARTBEAT_SHARE_PERCENT = env_int("INBOX_HEARTBEAT_SHARE_PERCENT", 50, minimum=0,
                                         maximum=100)
 INBOX_CALLBACK_MAX_ATTEMPTS = env_int("INBOX_CALLBACK_MAX_ATTEMPTS", 8, minimum=1, maximum=50)
+# A worker's complete or reject waits this many seconds before it is sent, and until then
+# they may take it back (undo); 0 sends at once and turns undo off.
+INBOX_UNDO_SECONDS = env_int("INBOX_UNDO_SECONDS", 5, minimum=0, maximum=60)
 
 # The clock process (manage.py clock_run): the longest it sleeps between sweeps when no
 # deadline is nearer (in milliseconds: a deadline set elsewhere is seen within it), and how

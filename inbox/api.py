@@ -198,3 +198,6 @@ TaskCompleteApi = action_api("TaskCompleteApi", worker.task_complete, TaskComple
                              "Complete a held task with an answer", errors=(400, 404, 409))
 TaskRejectApi = action_api("TaskRejectApi", worker.task_reject, ReasonInput,
                            "Reject a held task")
+TaskUndoApi = action_api(
+    "TaskUndoApi", worker.task_undo, VersionInput,
+    "Undo my complete or reject within INBOX_UNDO_SECONDS (before it is sent)")

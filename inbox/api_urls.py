@@ -14,6 +14,7 @@ urlpatterns = [
     path("tasks/<uuid:task_id>/complete/", api.TaskCompleteApi.as_view(),
          name="api-task-complete"),
     path("tasks/<uuid:task_id>/reject/", api.TaskRejectApi.as_view(), name="api-task-reject"),
+    path("tasks/<uuid:task_id>/undo/", api.TaskUndoApi.as_view(), name="api-task-undo"),
 ]
 
 urlpatterns += [

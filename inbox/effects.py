@@ -2,7 +2,8 @@
 
 A transition (inbox.lifecycle) names its effects; ``after_commit`` turns each into a
 Celery task enqueued by name once the transaction commits: the callback to Step
-Functions, an offer to the next worker, a notice by e-mail. Enqueued by name, so no
+Functions (after the undo window of a worker's decision, INBOX_UNDO_SECONDS), an offer to
+the next worker, a notice by e-mail. Enqueued by name, so no
 domain module imports a Celery task module; the task modules import the services.
 
 Every enqueue is robust: with the broker down, the committed change stands, the failed
@@ -39,13 +40,25 @@ TASK_NAMES = {
 }
 
 
-def after_commit(*, task: Task, effects: Iterable[Effect], outbox_id: int | None = None) -> None:
-    """Enqueue each effect of a transition on task once the open transaction commits."""
+# The callback's enqueue waits this much past the undo window: the sender's claim needs
+# the row due by its own clock, and a send that comes early is skipped (the drain would
+# heal it, a drain period later).
+CALLBACK_MARGIN_SECONDS = 0.25
+
+
+def after_commit(*, task: Task, effects: Iterable[Effect], outbox_id: int | None = None,
+                 callback_delay: float = 0) -> None:
+    """Enqueue each effect of a transition on task once the open transaction commits.
+
+    callback_delay is the undo window the callback waits out (its outbox row is due then).
+    """
     for effect in effects:
         arguments = _arguments(task=task, effect=effect, outbox_id=outbox_id)
         if arguments is None:
             continue
-        _on_commit(TASK_NAMES[effect], arguments)
+        delay = callback_delay + CALLBACK_MARGIN_SECONDS if (
+            effect == Effect.CALLBACK and callback_delay) else 0
+        _on_commit(TASK_NAMES[effect], arguments, countdown=delay)
 
 
 def callback_after_commit(*, outbox_id: int) -> None:
@@ -53,11 +66,15 @@ def callback_after_commit(*, outbox_id: int) -> None:
     _on_commit(TASK_NAMES[Effect.CALLBACK], (outbox_id,))
 
 
-def _on_commit(name: str, arguments: tuple[Any, ...]) -> None:
+def _on_commit(name: str, arguments: tuple[Any, ...], *, countdown: float = 0) -> None:
     # After commit: a rolled-back change must never reach Step Functions, a worker or a
     # mailbox, and the Celery task must find the committed row. Robust: see the module's
     # docstring. (A lambda: Django's robust logging reads __qualname__, a partial has none.)
-    transaction.on_commit(lambda: enqueue(name, *arguments), robust=True)
+    if countdown:
+        transaction.on_commit(lambda: enqueue_later(name, *arguments, countdown=countdown),
+                              robust=True)
+    else:
+        transaction.on_commit(lambda: enqueue(name, *arguments), robust=True)
 
 
 def _arguments(*, task: Task, effect: Effect, outbox_id: int | None) -> tuple[Any, ...] | None:
@@ -87,3 +104,8 @@ def _pushed(task: Task) -> bool:
 def enqueue(name: str, *arguments: Any) -> None:
     """Enqueue the Celery task registered under name (inbox/tasks.py) with arguments."""
     app.tasks[name].delay(*arguments)
+
+
+def enqueue_later(name: str, *arguments: Any, countdown: float) -> None:
+    """Enqueue the Celery task registered under name to run countdown seconds from now."""
+    app.tasks[name].apply_async(arguments, countdown=countdown)

@@ -37,6 +37,7 @@ from inbox.models import (
     SENDING_STATES,
     Outbox,
     OutboxKind,
+    OutboxStatus,
     SignalOutbox,
     Task,
     TaskEvent,
@@ -115,6 +116,9 @@ class Transition:
     # Set: the actor must still be allowed to hold the task (inbox.selectors.hold_problem).
     eligible: bool = False
     callback: Callable[[Task, Step], Callback] | None = None
+    # Set: the callback waits out INBOX_UNDO_SECONDS, and the holder may take it back
+    # (the "undo" row) until then.
+    undoable: bool = False
     effects: tuple[Effect, ...] = field(default=())
 
     def target_from(self, state: str) -> str:
@@ -229,15 +233,49 @@ def _escalated(task: Task, step: Step) -> dict[str, Any]:
 def _answered(task: Task, step: Step) -> dict[str, Any]:
     """Keep the answer; the work clock stops."""
     task.answer = step.params["answer"]
-    task.work_deadline = None
-    return {}
+    return _work_stopped(task)
 
 
 def _rejected(task: Task, step: Step) -> dict[str, Any]:
     """Keep the reason; the work clock stops."""
     task.reason = step.reason
+    return _work_stopped(task)
+
+
+def _work_stopped(task: Task) -> dict[str, Any]:
+    """Stop the work clock; return where it stood, for an undo to restart it from there."""
+    stopped = task.work_deadline
     task.work_deadline = None
-    return {}
+    return {"work_deadline": stopped.isoformat()} if stopped is not None else {}
+
+
+class TooLateToUndo(Conflict):
+    code = "too_late_to_undo"
+
+
+def _undone(task: Task, step: Step) -> dict[str, Any]:
+    """The decision is taken back, never sent; the work clock runs on from where it stopped."""
+    # A conditional update, in the task's transaction: the sender's claim (inbox.services.
+    # callback._claim) takes the same row once it is due, and of the two exactly one changes
+    # it. The row counts only if it was never claimed (attempts 0) and is still inside its
+    # window: a claimed row may be on its way to Step Functions right now.
+    withdrawn = Outbox.objects.filter(
+        task=task, decision_version=task.version, status=OutboxStatus.PENDING, attempts=0,
+        next_attempt_at__gt=step.now,
+    ).update(status=OutboxStatus.WITHDRAWN)
+    if withdrawn != 1:
+        raise TooLateToUndo(
+            "Too late to undo: the decision is already on its way to Step Functions.")
+    decision = TaskEvent.objects.get(task=task, version=task.version)
+    stopped = decision.data.get("work_deadline")
+    if stopped is not None:
+        left = datetime.datetime.fromisoformat(stopped) - decision.at
+        task.work_deadline = step.now + max(left, datetime.timedelta(0))
+    else:
+        task.work_deadline = step.now + datetime.timedelta(seconds=task.work_seconds)
+    task.answer = None
+    task.reason = ""
+    return {"undid": decision.action, "work_deadline": task.work_deadline.isoformat()}
 
 
 def _aborted(task: Task, step: Step) -> dict[str, Any]:
@@ -316,10 +354,13 @@ TRANSITIONS: dict[str, Transition] = {row.action: row for row in [
                effects=(Effect.DISPATCH,)),
     # The worker's decision.
     Transition("complete", (WORKING,), TaskState.COMPLETING, _answered, holder=NOT_HELD,
-               eligible=True, callback=_success),
+               eligible=True, callback=_success, undoable=True),
     Transition("reject", (WORKING,), TaskState.REJECTING, _rejected, holder=NOT_HELD,
                needs_reason="Say why you reject the task.", eligible=True,
-               callback=_rejection),
+               callback=_rejection, undoable=True),
+    # Taken back within INBOX_UNDO_SECONDS, before Step Functions heard of it.
+    Transition("undo", (TaskState.COMPLETING, TaskState.REJECTING), WORKING, _undone,
+               holder=NOT_HELD, eligible=True),
     # The holder lost the access the task needs (inbox.services.access).
     Transition("revoke", HELD, QUEUED, _revoked, system="access",
                effects=(Effect.DISPATCH,)),
@@ -408,20 +449,25 @@ def _apply(row: Transition, *, task_id: Any, actor: User | None, system: str,
         event = event_append(task=task, action=row.action, from_state=from_state,
                              actor=actor, label=actor.email if actor is not None else system,
                              reason=reason, data=data, at=step.now)
-        outbox_id = None
+        outbox_id, wait = None, undo_seconds() if row.undoable else 0
         if row.callback is not None:
             callback = row.callback(task, step)
             outbox_id = Outbox.objects.create(
                 task=task, decision_version=task.version, kind=callback.kind,
                 output=callback.output, error=callback.error, cause=callback.cause,
-                next_attempt_at=step.now,
+                next_attempt_at=step.now + datetime.timedelta(seconds=wait),
             ).pk
         effects.after_commit(task=task, effects=row.all_effects + _signal(event, step.now),
-                             outbox_id=outbox_id)
+                             outbox_id=outbox_id, callback_delay=wait)
     # After the block: committed, unless a caller's transaction holds it (then released).
     changes.info("task %s… %s → %s%s (%s by %s)", str(task.pk)[:8], from_state, task.state,
                  f" {data['worker']}" if "worker" in data else "", row.action, event.actor_label)
     return task
+
+
+def undo_seconds() -> int:
+    """Return how long a worker's decision waits before it is sent (0: undo is off)."""
+    return settings.INBOX_UNDO_SECONDS
 
 
 def _refusal(row: Transition, *, task: Task, actor: User | None) -> Conflict | None:

@@ -187,6 +187,8 @@ class OutboxStatus(models.TextChoices):
     SENT = "sent", "Sent"
     RECONCILED = "reconciled", "Reconciled"
     DEAD = "dead", "Dead"
+    # Taken back by its worker within the undo window: never sent, kept for the record.
+    WITHDRAWN = "withdrawn", "Withdrawn"
 
 
 class Outbox(models.Model):

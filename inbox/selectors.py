@@ -1,5 +1,6 @@
 """Reads of tasks, and the one selector that decides who may see or act on a task."""
 
+import datetime
 import functools
 import operator
 from collections.abc import Mapping
@@ -8,13 +9,23 @@ from typing import Literal
 
 from django.core.exceptions import ValidationError
 from django.db.models import Count, Exists, Min, OuterRef, Q, QuerySet, Sum
+from django.utils import timezone
 
 from accounts.models import PeerVisibility, User, WorkerSkill
 from accounts.roles import Role
 from accounts.selectors import user_roles
 from config.errors import Conflict, InboxError, NotFound
 from inbox.eligibility import ACCESS, Reason, over_capacity, worker_verdict
-from inbox.models import HELD_STATES, OPEN_STATES, Task, TaskEvent, TaskState
+from inbox.models import (
+    HELD_STATES,
+    OPEN_STATES,
+    Outbox,
+    OutboxKind,
+    OutboxStatus,
+    Task,
+    TaskEvent,
+    TaskState,
+)
 from processes.forms import Form
 from processes.selectors import form_for
 
@@ -273,6 +284,45 @@ def my_tasks(*, user: User) -> QuerySet[Task]:
         Task.objects.filter(assignee=user, state__in=HELD_STATES)
         .select_related("skill").order_by("work_deadline", "offer_deadline", "created_at")
     )
+
+
+@dataclass(frozen=True)
+class Undoable:
+    """A decision its worker may still take back: the task, and when it is sent."""
+
+    task: Task
+    until: datetime.datetime
+
+
+def decision_undoable(*, user: User) -> Undoable | None:
+    """Return the user's latest complete or reject still inside its undo window, or None.
+
+    The window is the outbox row's wait (see inbox.lifecycle's "undo" row): pending, never
+    claimed, not yet due.
+    """
+    row = (
+        Outbox.objects.filter(
+            status=OutboxStatus.PENDING, attempts=0, next_attempt_at__gt=timezone.now(),
+            task__assignee=user, task__state__in=[TaskState.COMPLETING, TaskState.REJECTING])
+        .select_related("task").order_by("-next_attempt_at").first()
+    )
+    return Undoable(task=row.task, until=row.next_attempt_at) if row is not None else None
+
+
+def answer_undone(*, task: Task) -> dict | None:
+    """Return the answer of the complete just undone on the task, to show it again, or None.
+
+    Just undone: the task's last change was the undo of that decision (its withdrawn
+    outbox row keeps what it would have sent).
+    """
+    if task.state != TaskState.IN_PROGRESS:
+        return None
+    output = (
+        Outbox.objects.filter(task=task, decision_version=task.version - 1,
+                              status=OutboxStatus.WITHDRAWN, kind=OutboxKind.SUCCESS)
+        .values_list("output", flat=True).first()
+    )
+    return output.get("answer") if output else None
 
 
 def my_queues(*, user: User) -> list[dict]:

@@ -15,6 +15,7 @@ urlpatterns = [
           ("complete", views.task_complete_page), ("reject", views.task_reject_page),
           ("release", views.task_release_page), ("claim", views.task_claim_page),
           ("accept", views.task_accept_page), ("decline", views.task_decline_page),
+          ("undo", views.task_undo_page),
           ("reassign", views_supervisor.task_reassign_page),
           ("return", views_supervisor.task_return_page),
           ("extend", views_supervisor.task_extend_page),

@@ -5,12 +5,15 @@ calls; inbox.page_actions gives the actions their one shape); none changes a tas
 other way. Every POST goes through Django's CSRF check.
 """
 
+import functools
+from collections.abc import Callable
 from typing import Any
 from uuid import UUID
 
 from django.contrib import messages
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import redirect, render
+from django.urls import reverse
 from django.views.decorators.http import require_POST, require_safe
 
 from accounts.models import Dispatch
@@ -19,13 +22,16 @@ from config.errors import Conflict, NotFound
 from inbox.answer_form import answer_fields
 from inbox.board import clock_label
 from inbox.display import input_view
-from inbox.lifecycle import transition_problem
+from inbox.lifecycle import transition_problem, undo_seconds
 from inbox.live import live_url
 from inbox.models import HELD_STATES, Task, TaskState
 from inbox.page_actions import calls, posted, posted_version, refused, task_action, to_home
 from inbox.selectors import (
+    Undoable,
     UnknownForm,
     access_task,
+    answer_undone,
+    decision_undoable,
     eligibility_problem,
     hold_problem,
     my_queues,
@@ -54,6 +60,7 @@ def home(request: HttpRequest) -> HttpResponse:
             "roles": sorted(role.label for role in user_roles(user=request.user)),
             "can_take": any(queue["dispatch"] == Dispatch.PULL for queue in queues),
             "live_url": stream,
+            "undo": _undoable(request),
         },
     )
 
@@ -85,15 +92,59 @@ def _open_next(request: HttpRequest, task: Task) -> HttpResponse:
 
     A push-queue worker has no queue to take from; their next task is the next offer.
     """
+    # First (the page is rendered here when it swaps in place): see inbox.live.live_url.
+    stream = live_url() if _swapping(request) else ""
     try:
         task = worker.task_take_next(worker=request.user)
     except (worker.NothingToTake, Conflict):
         held = my_tasks(user=request.user).first()
         if held is not None:
-            return redirect("inbox:task", task_id=held.pk)
+            return _show_task(request, held, stream=stream)
         messages.info(request, NOTHING_WAITING)
         return redirect("inbox:home")
-    return redirect("inbox:task", task_id=task.pk)
+    return _show_task(request, task, stream=stream)
+
+
+# A page's script that swaps the next page in place (inbox.js) posts with this header.
+SWAP_HEADER = "X-Inbox-Swap"
+# Where the swapped-in page lives, or where to go (a redirect the script follows itself).
+LOCATION_HEADER = "X-Inbox-Location"
+
+
+def _swapping(request: HttpRequest) -> bool:
+    return request.headers.get(SWAP_HEADER) == "1"
+
+
+def _show_task(request: HttpRequest, task: Task, *, stream: str) -> HttpResponse:
+    """Open the task's page: a redirect to it, or, for a page swapping in place, the page.
+
+    The page comes in the decision's own response, one round trip: the decision and the
+    take are committed before it is rendered.
+    """
+    if not _swapping(request):
+        return redirect("inbox:task", task_id=task.pk)
+    response = task_page(request, task, stream=stream)
+    response[LOCATION_HEADER] = reverse("inbox:task", args=[task.pk])
+    return response
+
+
+def swappable(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    """Let the script follow a redirect of view itself, when it posted to swap in place.
+
+    fetch() would follow it and read the page, using up the messages it carries; an empty
+    answer naming the place lets the script open it as a page, messages and all.
+    """
+
+    @functools.wraps(view)
+    def answered(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        response = view(request, *args, **kwargs)
+        if _swapping(request) and isinstance(response, HttpResponseRedirect):
+            located = HttpResponse(status=204)
+            located[LOCATION_HEADER] = response["Location"]
+            return located
+        return response
+
+    return answered
 
 
 def _complete(request: HttpRequest, task_id: UUID) -> Task | HttpResponse:
@@ -129,17 +180,21 @@ def _after_complete(request: HttpRequest, task: Task) -> HttpResponse:
 
 
 # Each action: the service it calls with what the page posts, what it says, where it goes.
-task_complete_page = task_action(_complete, done="Completed: {task.title}.",
-                                 then=_after_complete)
-task_reject_page = task_action(
+task_complete_page = swappable(task_action(_complete, done="Completed: {task.title}.",
+                                           then=_after_complete))
+task_reject_page = swappable(task_action(
     calls(worker.task_reject, reason=posted("reason")), done="Rejected: {task.title}.",
-    then=_open_next, form=lambda request, task_id: _reason_page(request, task_id, "reject"))
+    then=_open_next, form=lambda request, task_id: _reason_page(request, task_id, "reject")))
 task_release_page = task_action(
     calls(worker.task_release, reason=posted("reason")),
     done="Released: {task.title}. It is back in its queue.", then=to_home)
 task_claim_page = task_action(calls(worker.task_claim))
 task_accept_page = task_action(calls(worker.task_accept),
                                done="Accepted. The work clock is running.")
+task_undo_page = task_action(
+    calls(worker.task_undo),
+    done="Undone: {task.title} is yours again, in progress; nothing was sent to Step "
+         "Functions.")
 task_decline_page = task_action(
     calls(worker.task_decline, reason=posted("reason")),
     done="Declined: {task.title}. It will be offered to someone else.", then=to_home,
@@ -179,8 +234,11 @@ def task_page(request: HttpRequest, task: Task, *, answer_form: AnswerForm | Non
         form = task_form(task=task)
     except UnknownForm as exc:
         form_problem = exc.message
+    history = list(task_history(task=task))
     if form is not None and answer_form is None:
-        answer_form = answer_form_class(form)()
+        # Just undone: the answer taken back is there again, to correct.
+        undone = working and history and history[-1].action == "undo"
+        answer_form = answer_form_class(form)(initial=answer_undone(task=task) if undone else None)
     fields = answer_fields(answer_form) if form is not None else []
     return render(
         request,
@@ -199,13 +257,19 @@ def task_page(request: HttpRequest, task: Task, *, answer_form: AnswerForm | Non
             "lost": lost,
             "claim_problem": claim_problem,
             "clocks": _clocks(task),
-            "history": task_history(task=task),
+            "history": history,
             "supervise": supervisor_panel(request, task),
             "timeline": timeline_panel(request, task),
             "live_url": stream or live_url(),
+            "undo": _undoable(request),
         },
         status=status,
     )
+
+
+def _undoable(request: HttpRequest) -> Undoable | None:
+    """Return the decision the user may still undo, to offer it (no query when undo is off)."""
+    return decision_undoable(user=request.user) if undo_seconds() else None
 
 
 def _clocks(task: Task) -> list[dict[str, Any]]:

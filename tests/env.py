@@ -32,6 +32,8 @@ _defaults = {
     "DJANGO_EMAIL_BACKEND": "django.core.mail.backends.locmem.EmailBackend",
     "INBOX_VAR_DIR": tempfile.mkdtemp(prefix="inbox-test-"),
     "INBOX_EMULATOR_PORT": str(_free_port()),
+    # A decision is sent at once, as before undo existed; the undo tests open a window.
+    "INBOX_UNDO_SECONDS": "0",
     # Playwright's sync API runs an event loop in the test thread.
     "DJANGO_ALLOW_ASYNC_UNSAFE": "true",
 }

@@ -1,7 +1,9 @@
 """Send the outbox's callbacks to Step Functions: each decision at most once.
 
 A transition that decides a task's outcome writes an Outbox row in its own transaction
-and, after commit, enqueues ``callback_send`` for it; ``outbox_drain`` (Celery beat)
+and, after commit, enqueues ``callback_send`` for it (a worker's complete or reject: due,
+and enqueued, once its undo window of INBOX_UNDO_SECONDS closed; an undo within it
+withdraws the row, see inbox.lifecycle's "undo" row); ``outbox_drain`` (Celery beat)
 sends whatever is due and was not sent, which heals a lost enqueue (a crash between the
 commit and the Celery message) and runs the retries.
 
@@ -180,7 +182,8 @@ def _claim(*, outbox_id: int) -> Outbox | None:
     now = timezone.now()
     lease = datetime.timedelta(seconds=_setting("INBOX_CALLBACK_LEASE_SECONDS"))
     # A conditional update: of two senders racing for one row, exactly one changes it;
-    # the lease keeps the row from being due again while this attempt runs.
+    # the lease keeps the row from being due again while this attempt runs. An undo racing
+    # this claim withdraws the row only if it is unclaimed (inbox.lifecycle._undone).
     claimed = Outbox.objects.filter(
         pk=outbox_id, status=OutboxStatus.PENDING, next_attempt_at__lte=now
     ).update(attempts=F("attempts") + 1, next_attempt_at=now + lease)
@@ -352,14 +355,15 @@ def _expired(row: Outbox, *, reason: str) -> str:
 def outbox_drain(*, batch: int = 100) -> int:
     """Send up to batch due pending rows (retries, lost enqueues); return how many were handled.
 
-    Rows younger than INBOX_OUTBOX_DRAIN_GRACE_SECONDS that were never tried belong to
-    their on_commit task; the drain takes them only once that had time to run.
+    A row never tried belongs to its on_commit task until INBOX_OUTBOX_DRAIN_GRACE_SECONDS
+    after it was due (a decision is due once its undo window closed, and its task is
+    enqueued for then); the drain takes it only once that task had time to run.
     """
     now = timezone.now()
     grace = datetime.timedelta(seconds=_setting("INBOX_OUTBOX_DRAIN_GRACE_SECONDS"))
     due = list(
         Outbox.objects.filter(status=OutboxStatus.PENDING, next_attempt_at__lte=now)
-        .filter(Q(attempts__gt=0) | Q(created_at__lte=now - grace))
+        .filter(Q(attempts__gt=0) | Q(next_attempt_at__lte=now - grace))
         .order_by("next_attempt_at")
         .values_list("pk", flat=True)[:batch]
     )

@@ -1,5 +1,5 @@
 """What a worker does with tasks: take next, claim, accept or decline an offer, release,
-complete and reject.
+complete and reject, and undo a complete or reject within its window.
 
 Each checks that the worker may see the task (inbox.selectors.access_task: 404 if not)
 and what only dispatch policy knows (eligibility, capacity), then applies one row of the
@@ -17,8 +17,14 @@ from django.db.models import Q
 
 from accounts.models import Dispatch, User, WorkerSkill
 from config.errors import Conflict, NotFound
-from inbox.lifecycle import AccessLost, transition
-from inbox.models import Task, TaskState
+from inbox.lifecycle import (
+    AccessLost,
+    IllegalTransition,
+    TooLateToUndo,
+    transition,
+    undo_seconds,
+)
+from inbox.models import CLOSED_STATES, Task, TaskState
 from inbox.selectors import (
     access_task,
     capacity_check,
@@ -152,6 +158,30 @@ def task_reject(*, worker: User, task_id: Any, reason: str,
     except Conflict:
         if _decided_before(task, worker=worker, states=_REJECTED, reason=reason):
             return task  # A retried request: see task_complete.
+        raise
+
+
+def task_undo(*, worker: User, task_id: Any, expected_version: int | None = None) -> Task:
+    """Take back the worker's complete or reject before Step Functions hears of it.
+
+    Within INBOX_UNDO_SECONDS of the decision; the task is in progress again, held by the
+    worker, its work clock running on from where the decision stopped it. Over their
+    capacity too: the task they took next meanwhile stays theirs. Raise TooLateToUndo (409)
+    once the decision is on its way to Step Functions.
+    """
+    task = access_task(user=worker, task_id=task_id)
+    if not undo_seconds():
+        raise TooLateToUndo("Undo is off here (INBOX_UNDO_SECONDS is 0): a decision is sent "
+                            "to Step Functions at once.")
+    try:
+        return transition(task_id=task.pk, action="undo", actor=worker,
+                          expected_version=expected_version)
+    except IllegalTransition:
+        task.refresh_from_db()
+        if task.state in CLOSED_STATES:
+            raise TooLateToUndo(
+                "Too late to undo: Step Functions already has the decision (the task is "
+                f"{task.get_state_display().lower()}).") from None
         raise
 
 

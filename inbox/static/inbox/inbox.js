@@ -11,6 +11,10 @@
 //   [data-needs-script]    shown only once this file runs (a control that needs it)
 // Every [data-opens] control is a link or a form of its own, working without this file: the
 // script opens the dialog in its place.
+// The answer form swaps the next task's page in without a new document (see swapIn): its
+// body is replaced and "inbox:swapped" is dispatched on document. A section that holds on
+// to elements of the page, or wires them once, does it again on that event (listeners on
+// document stay and need nothing).
 
 // Run fn once the page is parsed: at once for this deferred file, later if loaded early.
 function inboxReady(fn) {
@@ -188,9 +192,7 @@ function inboxFetchPage(gone) {
   }
   document.addEventListener("input", syncRequiredOf);
   document.addEventListener("change", syncRequiredOf);
-  document.querySelectorAll("form").forEach(function (form) {
-    if (form.querySelector("[data-required-if]")) syncRequired(form);
-  });
+  formsReady();
 
   function submitWithCtrlEnter(target) {
     var form = target.closest && target.closest("form");
@@ -221,8 +223,72 @@ function inboxFetchPage(gone) {
     }
     submitting = true;
     event.target.setAttribute("aria-busy", "true");
+    if (event.target.hasAttribute("data-swap") && window.fetch && window.DOMParser) {
+      event.preventDefault();
+      swapSubmit(event.target, submitter);
+    }
   });
   window.addEventListener("pageshow", function () { submitting = false; });
+
+  // Swapping in place: a form marked [data-swap] (the answer form) is posted by fetch with
+  // the X-Inbox-Swap header, and the server answers with the next page itself (its URL in
+  // X-Inbox-Location), rendered after the decision and the take committed: one round trip,
+  // and no new document (styles, script and connection stay). Its body replaces this one,
+  // the URL and title follow, focus goes where the page puts it. A redirect comes back as
+  // its location alone (204) and is opened as a page; no answer at all (offline) posts the
+  // form the ordinary way, which says what is wrong (a complete posted twice is one
+  // decision). Without fetch the form posts as it always did.
+  var shownPath = window.location.pathname;
+
+  function swapSubmit(form, submitter) {
+    var body = new FormData(form);
+    if (submitter && submitter.name) body.append(submitter.name, submitter.value);
+    window.fetch(form.action, {method: "POST", body: body, credentials: "same-origin",
+                               headers: {"X-Inbox-Swap": "1", "Accept": "text/html"}})
+      .then(function (response) {
+        var location = response.headers.get("X-Inbox-Location");
+        if (response.status === 204 && location) {
+          window.location.assign(location);
+          return null;
+        }
+        if ((response.headers.get("Content-Type") || "").indexOf("text/html") !== 0) {
+          window.location.reload();
+          return null;
+        }
+        return response.text().then(function (html) {
+          // Signed out meanwhile: the sign-in page, at its own address.
+          swapIn(html, location || (response.redirected ? response.url : null));
+        });
+      })
+      .catch(function () {
+        form.removeAttribute("data-swap");
+        submitting = false;
+        form.requestSubmit(submitter || undefined);
+      });
+  }
+
+  function swapIn(html, location) {
+    var fresh = new DOMParser().parseFromString(html, "text/html");
+    document.title = fresh.title;
+    document.body.replaceWith(document.adoptNode(fresh.body));
+    if (location && location !== window.location.pathname) {
+      window.history.pushState(null, "", location);
+    }
+    shownPath = window.location.pathname;
+    submitting = false;
+    window.scrollTo(0, 0);
+    var first = Array.prototype.find.call(document.querySelectorAll("main [autofocus]"),
+                                          function (el) { return !el.closest("dialog"); });
+    (first || document.getElementById("task-title") || document.body).focus();
+    document.dispatchEvent(new CustomEvent("inbox:swapped"));
+    document.dispatchEvent(new CustomEvent("inbox:refreshed"));
+  }
+
+  // Back and forward to an address whose page is not the one shown (a swap put it there,
+  // or took it away) show that address's page as it is now.
+  window.addEventListener("popstate", function () {
+    if (window.location.pathname !== shownPath) window.location.reload();
+  });
 
   // Keys --------------------------------------------------------------------------------
   function openDialog(id) {
@@ -304,10 +370,36 @@ function inboxFetchPage(gone) {
     });
   }
 
+  // Messages rendered with the page sit in the live region from the start, and screen
+  // readers announce changes, not what was there: write them again once the page settled.
+  function announceMessages() {
+    var region = document.querySelector(".messages[aria-live]");
+    if (region && region.textContent.trim()) {
+      window.setTimeout(function () {
+        region.querySelectorAll(".message").forEach(function (p) {
+          p.textContent = p.textContent;
+        });
+      }, 300);
+    }
+  }
+
+  function formsReady() {
+    document.querySelectorAll("form").forEach(function (form) {
+      if (form.querySelector("[data-required-if]")) syncRequired(form);
+    });
+  }
+
   function start() {
     scrollersFocusable();
     window.addEventListener("resize", scrollersFocusable);
     document.addEventListener("inbox:refreshed", scrollersFocusable);
+    // A page swapped in (see swapIn) is started as a loaded one is.
+    document.addEventListener("inbox:swapped", function () {
+      announceMessages();
+      formsReady();
+      localTimes();
+      tick();
+    });
     var box = document.querySelector("[data-search]");
     if (box) {
       box.addEventListener("input", function () { filterRows(box); });
@@ -320,16 +412,7 @@ function inboxFetchPage(gone) {
         }
       });
     }
-    // Messages rendered with the page sit in the live region from the start, and screen
-    // readers announce changes, not what was there: write them again once the page settled.
-    var region = document.querySelector(".messages[aria-live]");
-    if (region && region.textContent.trim()) {
-      window.setTimeout(function () {
-        region.querySelectorAll(".message").forEach(function (p) {
-          p.textContent = p.textContent;
-        });
-      }, 300);
-    }
+    announceMessages();
     // Parts of the page replaced by a fetch (board refresh, execution timeline) say so.
     document.addEventListener("inbox:refreshed", localTimes);
     // Rows put in place by a refresh are filtered as the box says.
@@ -574,10 +657,12 @@ function inboxFetchPage(gone) {
     flag.remove();
   }
 
-  function start() {
+  // The dialogs of the page as it is now: again after a swap put a new task's page in.
+  function setup() {
     dialog = document.getElementById("supervise-dialog");
     confirmDialog = document.getElementById("confirm-dialog");
-    if (!dialog || !confirmDialog) return;
+    pending = returnTo = trigger = home = null;
+    if (!dialog || !confirmDialog) return false;
     body = dialog.querySelector("[data-supervise-body]");
     dialog.addEventListener("close", closed);
 
@@ -594,10 +679,20 @@ function inboxFetchPage(gone) {
     confirmDialog.addEventListener("keydown", function (event) {
       if (event.key === "Enter" && event.repeat) event.preventDefault();
     });
+    return true;
+  }
+
+  var listening = false;
+
+  function start() {
+    if (!setup() || listening) return;
+    // Document-level, once: they act on whatever dialogs setup() last found.
+    listening = true;
 
     // Capture: ahead of the page's one-submission guard, which skips a held-back submit.
     document.addEventListener("submit", function (event) {
       var form = event.target;
+      if (!dialog || !document.contains(dialog)) return;
       var submitter = event.submitter;
       if (submitter && submitter.getAttribute("formmethod") === "dialog") return;
       if (form.elements.confirmed && form.elements.confirmed.value === "1") return;
@@ -623,8 +718,8 @@ function inboxFetchPage(gone) {
     });
 
     // The board's keys act on the selected row (a task page's buttons carry their keys).
-    if (!document.querySelector("[data-bulk]")) return;
     document.addEventListener("keydown", function (event) {
+      if (!document.querySelector("[data-bulk]")) return;
       if (event.defaultPrevented || event.isComposing) return;
       if (event.ctrlKey || event.metaKey || event.altKey || typing(event.target)) return;
       if (document.querySelector("dialog[open]")) return;
@@ -634,6 +729,7 @@ function inboxFetchPage(gone) {
   }
 
   inboxReady(start);
+  document.addEventListener("inbox:swapped", start);
 })();
 
 // The execution's timeline on a supervisor's task page. While the [data-timeline] section
@@ -692,6 +788,7 @@ function inboxFetchPage(gone) {
   }
 
   inboxReady(start);
+  document.addEventListener("inbox:swapped", start);
 })();
 
 // Live updates. A page marked [data-live] opens one EventSource on that URL. Each "task"
@@ -829,6 +926,10 @@ function inboxFetchPage(gone) {
     }
   }
 
+  var source = null, recent = [];
+  // How long a signal is kept to be told again to a page swapped in meanwhile.
+  var RECENT_MS = 10000;
+
   function start() {
     root = document.querySelector("[data-live]");
     var toggle = document.querySelector("[data-sound-toggle]");
@@ -838,11 +939,15 @@ function inboxFetchPage(gone) {
         window.localStorage.setItem(SOUND_KEY, toggle.checked ? "on" : "off");
       });
     }
+    document.addEventListener("inbox:swapped", swapped);
     if (!root || !window.EventSource) return;
-    var source = new window.EventSource(root.getAttribute("data-live"));
+    source = new window.EventSource(root.getAttribute("data-live"));
     source.addEventListener("task", function (event) {
       var signal;
       try { signal = JSON.parse(event.data); } catch (e) { return; }
+      var now = Date.now();
+      recent = recent.filter(function (seen) { return now - seen.at < RECENT_MS; });
+      recent.push({at: now, signal: signal});
       signalled(signal);
     });
     // A worker went away or came back (inbox.live): the board refreshes as for a task.
@@ -851,6 +956,18 @@ function inboxFetchPage(gone) {
     });
     source.addEventListener("open", function () { root.setAttribute("data-live-open", ""); });
     window.addEventListener("pagehide", function () { source.close(); });
+  }
+
+  // A page swapped in (the next task) keeps this stream: it was rendered after the stream
+  // started, so what it shows plus what the stream told since is complete. The signals of
+  // the last seconds are told again to it (one may have come between its render and the
+  // swap, while the page before was listening); those it already shows are passed over.
+  function swapped() {
+    window.clearTimeout(waiting);
+    root = document.querySelector("[data-live]");
+    if (!root || !source) return;
+    if (source.readyState === window.EventSource.OPEN) root.setAttribute("data-live-open", "");
+    recent.forEach(function (seen) { signalled(seen.signal); });
   }
 
   inboxReady(start);
@@ -915,4 +1032,35 @@ function inboxFetchPage(gone) {
     event.preventDefault();
     button.click();
   });
+})();
+
+// Undo, on the reviewer's pages: the [data-undo] panel offers to take the last complete or
+// reject back (its button, or z) until its time[data-undo-until]; then it goes, and z with
+// it. Without this file the panel stays as rendered, and a late Undo is refused by the
+// server with why.
+(function () {
+  "use strict";
+
+  function closeWhenDue() {
+    document.querySelectorAll("[data-undo]").forEach(function (panel) {
+      var until = panel.querySelector("time[data-undo-until]");
+      var left = until ? Date.parse(until.getAttribute("datetime")) - Date.now() : 0;
+      if (left > 0 || panel.hidden) return;
+      panel.hidden = true;
+      panel.querySelectorAll("[data-shortcut]").forEach(function (el) {
+        el.removeAttribute("data-shortcut");
+      });
+    });
+  }
+
+  var timer = null;
+
+  function start() {
+    if (!document.querySelector("[data-undo]") || timer !== null) return;
+    closeWhenDue();
+    timer = window.setInterval(closeWhenDue, 250);
+  }
+
+  inboxReady(start);
+  document.addEventListener("inbox:swapped", start);
 })();
