@@ -14,3 +14,8 @@ def sign_in(page, email: str, *, start: str = "/") -> None:
     page.keyboard.press("Tab")
     page.keyboard.type(PASSWORD)
     page.keyboard.press("Enter")
+
+
+def focused_id(page) -> str:
+    """Return the id of the element that has the focus."""
+    return page.evaluate("document.activeElement.id")

@@ -113,5 +113,5 @@ def test_the_board_shows_a_task_escalating_by_itself(live_page, make_task, make_
 
     deadlines_sweep(now=timezone.now() + datetime.timedelta(seconds=61))
 
-    row.get_by_text("Escalated").wait_for(timeout=SHOWS_WITHIN_MS)
+    row.get_by_text("Escalated", exact=True).wait_for(timeout=SHOWS_WITHIN_MS)
     assert Task.objects.get(pk=task.pk).state == TaskState.ESCALATED

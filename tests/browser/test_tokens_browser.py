@@ -4,8 +4,8 @@ import pytest
 from rest_framework.test import APIClient
 
 from tests.browser import keyboard
-from tests.browser.keyboard import PASSWORD
-from tests.browser.test_admin_browser import focused_id, watch
+from tests.browser.keyboard import PASSWORD, focused_id
+from tests.browser.test_admin_browser import watch
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
