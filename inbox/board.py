@@ -77,10 +77,24 @@ ESCALATION_LABEL = "Escalation"
 
 
 def clock_label(*, task: Task, clock: str) -> str:
-    """Return the name the pages give the task's clock ("Escalation" once it escalated)."""
-    if clock == "overall" and task.state == TaskState.ESCALATED:
+    """Return the name the pages give the task's clock ("Escalation" once it escalated).
+
+    Once escalated, the overall column runs the escalation clock also after a supervisor
+    reassigned or returned the task. The board annotates ``escalated_at``; a task read
+    alone asks its history once (only a task with an escalation policy can have one).
+    """
+    if clock == "overall" and (task.state == TaskState.ESCALATED or _escalated_at(task)):
         return ESCALATION_LABEL
     return CLOCK_LABELS[clock]
+
+
+def _escalated_at(task: Task) -> datetime.datetime | None:
+    if not hasattr(task, "escalated_at"):
+        task.escalated_at = (
+            TaskEvent.objects.filter(task=task, to_state=TaskState.ESCALATED)
+            .order_by("-version").values_list("at", flat=True).first()
+            if task.escalation_seconds else None)
+    return task.escalated_at
 
 
 def overdue_q(now: datetime.datetime) -> Q:

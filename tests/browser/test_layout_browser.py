@@ -160,3 +160,16 @@ def test_shortcut_chips_show_only_where_the_script_makes_their_keys_work(browser
     home, task = seen[True]
     assert "?" in home and "n" in home
     assert {"1", "2", "r", "u"} <= set(task)
+
+
+def test_an_idle_clock_is_a_small_chip_beside_the_running_ones(page, day):
+    """A held task's offer clock is not running: it does not take a third of the row."""
+    sign_in(page, LONG_EMAIL)
+    page.goto(f"/tasks/{day['held'].pk}/")
+    page.locator("#task-clocks").wait_for()
+    widths = page.evaluate("""() => Object.fromEntries(
+        Array.from(document.querySelectorAll('#task-clocks [data-clock]'))
+            .map(el => [el.dataset.clock, el.getBoundingClientRect().width]))""")
+    assert page.locator('[data-clock="offer"].idle').get_by_text("not running").count() == 1
+    assert widths["offer"] < widths["work"] / 2, widths
+    assert abs(widths["work"] - widths["overall"]) < 2, widths

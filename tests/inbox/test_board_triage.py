@@ -97,6 +97,27 @@ def test_an_escalated_tasks_clock_is_called_escalation_on_the_card_the_extend_an
     assert messages_of(response) == [f"Extended the escalation clock: {task.title}."]
 
 
+def test_a_task_reassigned_after_its_escalation_still_calls_its_clock_escalation(
+    make_task, make_worker, supervisor, browser_for
+):
+    task = escalated_task(make_task)
+    worker = make_worker({"invoice-review": 3})
+    supervisor_service.task_reassign(supervisor=supervisor, task_id=task.pk, worker=worker,
+                                     reason="ana is back")
+    task.refresh_from_db()
+    assert task.state == TaskState.IN_PROGRESS
+    client = browser_for(supervisor)
+    html = client.get(f"/tasks/{task.pk}/").content.decode()
+    [card] = re.findall(r'data-clock="overall">\s*<span class="clock-label">([^<]+)<', html)
+    assert card == "Escalation"
+    assert re.search(r'<option value="overall">Escalation</option>', html)
+    board_html = client.get("/supervisor/").content.decode()
+    assert re.search(r'<span class="clock-name">Escalation</span> <time', board_html)
+    # A task that never escalated keeps "Overall", asking nothing of its history.
+    plain = make_task()
+    assert board.clock_label(task=Task.objects.get(pk=plain.pk), clock="overall") == "Overall"
+
+
 def test_a_held_tasks_clocks_have_the_same_names_on_the_card_and_the_extend(
     make_task, supervisor, worker, browser_for
 ):
