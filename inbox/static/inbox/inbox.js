@@ -549,6 +549,9 @@ function inboxFetchPage(gone) {
   }
 
   function closed() {
+    // The close event comes a moment after the dialog shut: a key pressed in between may
+    // have restored the form already (openOnPage) and opened the dialog again.
+    if (dialog.open) return;
     var content = body.firstElementChild;
     if (content && home) {
       home.parentNode.insertBefore(content, home);
@@ -563,6 +566,8 @@ function inboxFetchPage(gone) {
 
   // The task page: move the action's form into the dialog.
   function openOnPage(action, opener) {
+    // Shut, but its close event not yet handled: put the last form back first.
+    if (!dialog.open && home) closed();
     var form = document.querySelector('#supervise [data-supervise-form="' + action + '"]');
     if (!form || dialog.open) return false;
     home = document.createComment("supervise-form");
