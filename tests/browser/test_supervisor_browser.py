@@ -71,10 +71,19 @@ def test_supervisor_sees_an_escalated_task_and_reassigns_it(
     help_dialog = page.get_by_role("dialog", name="Keyboard shortcuts")
     help_dialog.wait_for()
     listed = help_dialog.locator("dt kbd").all_inner_texts()
-    assert sorted(listed) == sorted(["j", "k", "Enter", "x", "/", "g", "e", "q", "b", "?",
-                                     "Esc"])
+    assert sorted(listed) == sorted(["j", "k", "Enter", "x", "/", "f", "g", "e", "q", "b",
+                                     "?", "Esc"])
     page.keyboard.press("Escape")
     help_dialog.wait_for(state="hidden")
+
+    # f goes to the filters, and Enter on a select shows the tasks: no tabbing to Show.
+    page.keyboard.press("f")
+    assert page.evaluate("document.activeElement.id") == "f-skill"
+    page.keyboard.press("ArrowDown")
+    page.keyboard.press("Enter")
+    page.wait_for_url("**/supervisor/?*skill=invoice-review*")
+    page.locator("tr[data-nav-row]", has_text="INV-100").wait_for()
+    page.keyboard.press("Escape")  # focus leaves the filter, so the board's keys work
 
     # j moves to the first row (escalated and overdue tasks come first); x checks
     # it for a bulk action and x again unchecks it; Enter opens it.

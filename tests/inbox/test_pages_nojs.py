@@ -287,7 +287,7 @@ def test_help_lists_the_shortcuts_of_the_page_it_is_on(make_task, worker, checke
 
     board = help_keys(browser_for(supervisor).get("/supervisor/"))
     supervising = {"g", "e", "q", "b"}
-    assert board == everywhere | {"j", "k", "Enter", "x", "/"} | supervising
+    assert board == everywhere | {"j", "k", "Enter", "x", "/", "f"} | supervising
     assert help_keys(browser_for(worker).get(f"/tasks/{held.pk}/")) == \
         workers_everywhere | {"1", "9", "Ctrl", "Enter", "r", "u"}
     assert help_keys(browser_for(checker).get(f"/tasks/{offer.pk}/")) == \

@@ -495,6 +495,17 @@ function inboxFetchPage(gone) {
       showBulkFields(action);
       action.addEventListener("change", function () { showBulkFields(action); });
     }
+    // The filters: Enter in any of them shows the tasks (a text field does by itself; a
+    // select does not), so nobody tabs through all of them to reach Show. f goes there.
+    var filters = document.querySelector("form[data-filters]");
+    if (filters) {
+      filters.addEventListener("keydown", function (event) {
+        if (event.key !== "Enter" || event.target.tagName !== "SELECT" || event.isComposing ||
+            event.ctrlKey || event.metaKey || event.altKey || event.shiftKey) return;
+        event.preventDefault();
+        filters.requestSubmit();
+      });
+    }
     document.addEventListener("change", function (event) {
       if (!event.target.matches("[data-check-all]")) return;
       var form = event.target.closest("form");
