@@ -20,6 +20,10 @@ def _script() -> str:
 
 def violations(page) -> list[str]:
     """Return one line per axe-core violation on the page as it is now (none: [])."""
+    # Settled first: a resize or a swap the test just made is handled by the page's script
+    # (say, a table that now scrolls becoming focusable) before the next frame.
+    page.evaluate("() => new Promise(done => requestAnimationFrame(() => "
+                  "requestAnimationFrame(done)))")
     if not page.evaluate("typeof window.axe !== 'undefined'"):
         # Added as a script element's text would meet the page's CSP; evaluate does not.
         page.evaluate(_script())

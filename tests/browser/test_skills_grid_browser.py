@@ -79,10 +79,11 @@ def test_an_admin_creates_a_skill_sets_it_to_push_and_edits_it(page, screenshot,
         "link", name="Skill settings").focus()
     page.keyboard.press("Enter")
     page.get_by_role("heading", name="Skill settings", level=1).wait_for()
-    assert page.evaluate("document.activeElement.textContent.trim()") == "New skill"
+    page.wait_for_function("document.activeElement.textContent.trim() === 'New skill'")
     assert_accessible(page, "skill list")
     page.keyboard.press("Enter")
     page.get_by_role("heading", name="New skill", level=1).wait_for()
+    page.wait_for_function("document.activeElement.id === 'id_slug'")
     assert page.evaluate("document.activeElement.id") == "id_slug"
     assert_accessible(page, "new skill form")
 
@@ -93,6 +94,7 @@ def test_an_admin_creates_a_skill_sets_it_to_push_and_edits_it(page, screenshot,
     page.keyboard.press("Enter")
     page.locator("#id_slug-error").wait_for()
     assert "lowercase letters, digits and hyphens" in page.locator("#id_slug-error").inner_text()
+    page.wait_for_function("document.activeElement.id === 'id_slug'")
     assert page.evaluate("document.activeElement.id") == "id_slug"
     assert page.locator("#id_slug").input_value() == "Tax Check"
     assert page.locator("#id_name").input_value() == "Tax check"
@@ -106,7 +108,8 @@ def test_an_admin_creates_a_skill_sets_it_to_push_and_edits_it(page, screenshot,
     page.get_by_role("heading", name="Skill settings", level=1).wait_for()
     page.get_by_role("status").get_by_text("Created the skill Tax check (tax-check), pull."
                                            ).wait_for()
-    assert page.evaluate("document.activeElement.getAttribute('aria-label')") == "Edit Tax check"
+    page.wait_for_function(
+        "document.activeElement.getAttribute('aria-label') === 'Edit Tax check'")
     assert_accessible(page, "skill list after create")
     skill = Skill.objects.get(slug="tax-check")
     assert skill.dispatch == Dispatch.PULL
@@ -114,6 +117,7 @@ def test_an_admin_creates_a_skill_sets_it_to_push_and_edits_it(page, screenshot,
     # Set it to push: Enter on its Edit link, Tab to dispatch, arrow to push, Enter.
     page.keyboard.press("Enter")
     page.get_by_role("heading", name="Tax check tax-check", level=1).wait_for()
+    page.wait_for_function("document.activeElement.id === 'id_name'")
     assert page.evaluate("document.activeElement.id") == "id_name"
     assert_accessible(page, "edit skill form")
     page.keyboard.press("Tab")   # description
@@ -269,6 +273,7 @@ def test_slash_finds_workers_and_a_bulk_grant_gives_them_a_skill(page, screensho
     page.wait_for_function("document.activeElement.matches('[data-grid-cell]')")
 
     page.keyboard.press("/")
+    page.wait_for_function("document.activeElement.id === 'team-search'")
     assert page.evaluate("document.activeElement.id") == "team-search"
     page.keyboard.type("bo")
     rows = page.locator("tr[data-team-row]:not([hidden])")
@@ -301,9 +306,11 @@ def test_slash_finds_workers_and_a_bulk_grant_gives_them_a_skill(page, screensho
     assert page.evaluate("document.activeElement.textContent.trim()") == (
         "Grant to selected workers")
     page.keyboard.press("Shift+Tab")
+    page.wait_for_function("document.activeElement.id === 'bulk-proficiency'")
     assert page.evaluate("document.activeElement.id") == "bulk-proficiency"
     page.keyboard.press("4")
     page.keyboard.press("Shift+Tab")
+    page.wait_for_function("document.activeElement.id === 'bulk-skill'")
     assert page.evaluate("document.activeElement.id") == "bulk-skill"
     page.keyboard.press("f")
     assert page.locator("#bulk-skill").input_value() == "finance-approval"

@@ -70,6 +70,9 @@ def test_each_key_opens_its_dialog_on_the_task_page_and_esc_gives_focus_back(pag
         assert_accessible(page, f"the task page's {action} dialog")
         page.keyboard.press("Escape")
         dialog.wait_for(state="hidden")
+        # Focus comes back with the dialog's close event, a moment after it hid.
+        page.wait_for_function("a => document.activeElement.getAttribute("
+                               "'data-supervise-opens') === a", arg=action)
         assert active(page)["opens"] == action
         # The form is back in its place on the page, once.
         assert page.locator(f'#supervise [data-supervise-form="{action}"]').count() == 1
@@ -123,6 +126,7 @@ def test_abort_asks_first_and_esc_goes_back_to_the_reason(page, problems, held, 
     assert Task.objects.get(pk=held.pk).state == TaskState.IN_PROGRESS
     page.keyboard.press("Escape")
     confirm.wait_for(state="hidden")
+    page.wait_for_function("document.activeElement.id === 'abort-reason'")
     assert active(page)["id"] == "abort-reason"
     assert page.locator("#supervise-dialog").is_visible()
     assert Task.objects.get(pk=held.pk).state == TaskState.IN_PROGRESS
@@ -155,6 +159,7 @@ def test_the_boards_keys_act_on_the_selected_row(page, problems, held, make_task
             screenshot(page, "supervisor-board-extend-dialog")
         page.keyboard.press("Escape")
         dialog.wait_for(state="hidden")
+        page.wait_for_function("document.activeElement.hasAttribute('data-nav-primary')")
         focused = active(page)
         assert focused["primary"] and focused["row"] == str(held.pk), action
     # Return the selected task, confirmed in the dialog: back on the board.
@@ -206,6 +211,7 @@ def test_a_bulk_return_needs_confirmation(page, problems, make_task, make_worker
     assert Task.objects.filter(assignee=ana).count() == 3
     page.keyboard.press("Escape")
     confirm.wait_for(state="hidden")
+    page.wait_for_function("document.activeElement.id === 'bulk-reason'")
     assert active(page)["id"] == "bulk-reason"
     assert Task.objects.filter(assignee=ana).count() == 3
     page.keyboard.press("Enter")
