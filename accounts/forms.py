@@ -4,6 +4,7 @@ matrix, and a bulk grant."""
 from typing import Any
 
 from allauth.account.forms import LoginForm as AllauthLoginForm
+from allauth.account.forms import ReauthenticateForm as AllauthReauthenticateForm
 from django import forms
 from django.core.exceptions import ValidationError
 from django.core.validators import RegexValidator
@@ -33,6 +34,15 @@ class LoginForm(AllauthLoginForm):
     def __init__(self, *args: object, **kwargs: object) -> None:
         super().__init__(*args, **kwargs)
         self.fields["login"].widget.attrs["autofocus"] = True
+
+
+class ReauthenticateForm(AllauthReauthenticateForm):
+    """allauth's password-again form with the cursor in the password field: a save that
+    asks for the password again goes on with typing it and Enter."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["password"].widget.attrs["autofocus"] = True
 
 
 def skill_field(skill: Skill) -> str:

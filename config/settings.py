@@ -337,7 +337,8 @@ ACCOUNT_EMAIL_VERIFICATION = env_choice(
     "ACCOUNT_EMAIL_VERIFICATION", "none", ["none", "optional", "mandatory"]
 )
 ACCOUNT_ADAPTER = "accounts.adapter.AccountAdapter"
-ACCOUNT_FORMS = {"login": "accounts.forms.LoginForm"}
+ACCOUNT_FORMS = {"login": "accounts.forms.LoginForm",
+                 "reauthenticate": "accounts.forms.ReauthenticateForm"}
 ACCOUNT_LOGOUT_ON_GET = False
 ACCOUNT_SESSION_REMEMBER = None
 

@@ -396,9 +396,9 @@ def test_a_cell_saved_long_after_sign_in_asks_for_the_password_then_is_saved(
     page.keyboard.press("Enter")
     page.wait_for_url("**/accounts/reauthenticate/**")
     assert held(ana) == {"invoice-review": 2}
-    password = page.locator("input[type=password]")
-    password.wait_for()
-    password.focus()  # allauth's own page (not this feature's) does not focus its field
+    # The password-again page puts the cursor in its field: type, Enter, and on.
+    page.wait_for_function("document.activeElement.type === 'password'")
+    assert_accessible(page, "the password-again page")
     page.keyboard.type(PASSWORD)
     page.keyboard.press("Enter")
     page.wait_for_url("**/team/skills/**")
