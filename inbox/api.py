@@ -10,7 +10,8 @@ from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema, extend_schema_field
 from rest_framework import serializers
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.request import Request
@@ -19,6 +20,7 @@ from rest_framework.views import APIView
 
 from accounts.api_auth import HasTokenScope
 from accounts.models import ApiScope
+from inbox.display import in_order
 from inbox.lifecycle import REASON_MAX_CHARS
 from inbox.models import Task
 from inbox.selectors import access_task, my_queues, my_tasks, task_form, task_history
@@ -74,11 +76,16 @@ class TaskSerializer(serializers.Serializer):
 
 
 class TaskDetailSerializer(TaskSerializer):
-    input = serializers.JSONField()
+    input = serializers.SerializerMethodField()
     answer = serializers.JSONField()
     reason = serializers.CharField()
     form = serializers.SerializerMethodField()
     history = serializers.SerializerMethodField()
+
+    @extend_schema_field(OpenApiTypes.OBJECT)
+    def get_input(self, task: Task) -> Any:
+        """The input in the order its keys arrived (PostgreSQL's jsonb sorts them)."""
+        return in_order(task.input, task.input_order)
 
     def get_form(self, task: Task) -> dict[str, Any]:
         return asdict(task_form(task=task))

@@ -214,6 +214,17 @@ def test_on_postgresql_jsonb_sorts_the_keys_and_the_page_keeps_the_input_s_order
     assert re.search(r"<dt>Zz long key</dt>.*<dt>A</dt>", html, re.S)
 
 
+def test_the_api_answers_the_input_in_the_order_it_arrived(make_task, worker, api_client):
+    """The API's task carries the input in its own key order too, on either database."""
+    make_task(input=ORDERED)
+    task = task_take_next(worker=worker)
+    body = api_client(worker).get(f"/api/inbox/tasks/{task.pk}/").json()
+    assert list(body["input"]) == ["supplier_name", "invoice_id", "amount", "b", "currency",
+                                   "nested"]
+    assert list(body["input"]["nested"]) == ["zz_long_key", "a"]
+    assert body["input"] == ORDERED
+
+
 # Formats, one by one -----------------------------------------------------------------------
 
 
