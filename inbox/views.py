@@ -17,6 +17,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_POST, require_safe
 
 from accounts.models import Dispatch
+from accounts.roles import Role
 from accounts.selectors import user_roles
 from config.errors import Conflict, NotFound
 from inbox.answer_form import answer_fields
@@ -38,6 +39,7 @@ from inbox.selectors import (
     my_tasks,
     task_form,
     task_history,
+    worker_load,
 )
 from inbox.services import worker
 from inbox.views_supervisor import supervisor_panel, timeline_panel
@@ -51,13 +53,16 @@ def home(request: HttpRequest) -> HttpResponse:
     """Show the signed-in user's queues (their skills), what they hold, and their roles."""
     stream = live_url()  # first: see inbox.live.live_url
     queues = my_queues(user=request.user)
+    roles = user_roles(user=request.user)
     return render(
         request,
         "inbox/home.html",
         {
             "queues": queues,
+            # What of their capacity their held tasks use (each its skill's weight).
+            "load": worker_load(user=request.user) if Role.WORKER in roles else None,
             "held": list(my_tasks(user=request.user)),
-            "roles": sorted(role.label for role in user_roles(user=request.user)),
+            "roles": sorted(role.label for role in roles),
             "can_take": any(queue["dispatch"] == Dispatch.PULL for queue in queues),
             "live_url": stream,
             "undo": _undoable(request),

@@ -269,3 +269,16 @@ def test_an_away_worker_holds_no_offer_however_dispatch_and_going_away_race(
     assert TaskEvent.objects.filter(action="withdraw").count() == offered
     assert Task.objects.filter(pk__in=[t.pk for t in tasks],
                                state=TaskState.QUEUED).count() == 20
+
+
+def test_my_queues_says_what_of_their_capacity_a_worker_uses(ana, make_task, browser_for):
+    from accounts.models import Skill
+
+    Skill.objects.filter(slug="invoice-review").update(weight=2)
+    make_task(skill="invoice-review")
+    task_claim(worker=ana, task_id=Task.objects.get().pk)
+    page = html.unescape(browser_for(ana).get("/").content.decode())
+    assert re.search(r"Using 2 of your capacity of 3\.", page)
+    User.objects.filter(pk=ana.pk).update(capacity=2)
+    page = html.unescape(browser_for(ana).get("/").content.decode())
+    assert "Using 2 of your capacity of 2: full, so nothing new is offered" in page
