@@ -84,6 +84,8 @@ def supervisor_board(request: HttpRequest) -> HttpResponse:
             "bulk_actions": [(value, label, BULK_CONFIRM[value])
                              for value, label in BULK_ACTIONS.items()],
             "clocks": [(clock, board.CLOCK_LABELS[clock]) for clock in supervisor.CLOCKS],
+            # The task page's extend presets, offered as the bulk minutes' suggestions.
+            "presets": EXTEND_PRESETS.items(),
             "escalation_label": board.ESCALATION_LABEL,
             "live_url": stream,
             "presence": board.team_presence(skills=skills, now=now),

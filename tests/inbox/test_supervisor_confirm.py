@@ -188,6 +188,16 @@ def test_a_preset_needs_a_reason_and_an_unknown_one_is_refused(make_task, superv
     assert Task.objects.get().version == 2  # claimed, nothing more
 
 
+def test_the_bulk_extend_suggests_the_same_presets_as_a_task(make_task, supervisor, browser_for):
+    make_task()
+    page = browser_for(supervisor).get("/supervisor/").content.decode()
+    field = re.search(r'<input type="number" id="bulk-minutes"[^>]*>', page).group(0)
+    assert 'list="bulk-minute-presets"' in field
+    presets = re.search(r'<datalist id="bulk-minute-presets">(.*?)</datalist>', page).group(1)
+    assert re.findall(r'value="(\d+)" label="([^"]+)"', presets) == [
+        ("15", "+15 min"), ("60", "+1 h"), ("1440", "+1 day")]
+
+
 # Each action on a page of its own (what the board's dialogs fetch) ---------------------------
 
 
