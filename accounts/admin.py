@@ -161,6 +161,31 @@ class SkillAdmin(WorkerSkillsThroughServices, admin.ModelAdmin):
     fields = ["slug", "name", "description", "dispatch", "peer_visibility", "weight"]
     inlines = [SkillWorkerInline]
 
+    def get_readonly_fields(self, request: HttpRequest, obj: Skill | None = None) -> list[str]:
+        # Specs and tasks on their way name the skill by its slug (as the team pages say).
+        return ["slug"] if obj is not None else []
+
+    def get_prepopulated_fields(self, request: HttpRequest,
+                                obj: Skill | None = None) -> dict[str, list[str]]:
+        return {} if obj is not None else dict(self.prepopulated_fields)
+
+    def save_model(self, request: HttpRequest, obj: Skill, form: Any, change: bool) -> None:
+        """Create or change the skill through accounts.services, audited as on our pages."""
+        if change:
+            changed = {name: form.cleaned_data[name] for name in services.SKILL_SETTINGS
+                       if name in form.changed_data}
+            if changed:
+                services.skill_update(skill=obj, actor=request.user, request=request,
+                                      **changed)
+            return
+        skill = services.skill_create(
+            slug=obj.slug, name=obj.name, description=obj.description, dispatch=obj.dispatch,
+            peer_visibility=obj.peer_visibility, weight=obj.weight, actor=request.user,
+            request=request)
+        # The admin goes on with this object (its inlines, its message): the saved row.
+        obj.pk, obj.created_at = skill.pk, skill.created_at
+        obj._state.adding, obj._state.db = False, skill._state.db
+
 
 @admin.register(WorkerSkill)
 class WorkerSkillAdmin(admin.ModelAdmin):

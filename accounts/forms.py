@@ -148,18 +148,24 @@ class SkillForm(forms.ModelForm):
 
     class Meta:
         model = Skill
-        fields = ["slug", "name", "description", "dispatch", "peer_visibility"]
+        fields = ["slug", "name", "description", "dispatch", "peer_visibility", "weight"]
         help_texts = {
             "slug": "The name process specs and task envelopes use (e.g. invoice-review); "
                     "it cannot change once the skill exists.",
             "name": "What people read on their queues and pages.",
             "description": "Optional: what the work is, for workers and supervisors.",
+            "weight": "Capacity units one task of this skill uses (1 to 100): a worker of "
+                      "capacity 3 holds three tasks of weight 1, or one of weight 3.",
         }
         error_messages = {
             "slug": {"required": "Give the skill a slug, e.g. invoice-review.",
                      "unique": "A skill with this slug exists already: choose another, or "
                                "edit that skill."},
             "name": {"required": "Give the skill a name, e.g. Invoice review."},
+            "weight": {"required": "Give the weight: a whole number from 1 to 100.",
+                       "invalid": "The weight is a whole number from 1 to 100.",
+                       "min_value": "The weight is at least 1.",
+                       "max_value": "The weight is at most 100."},
         }
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -174,7 +180,7 @@ class SkillForm(forms.ModelForm):
     def settings(self) -> dict[str, Any]:
         """Return the settings posted (the slug aside), as the services take them."""
         return {name: self.cleaned_data[name]
-                for name in ("name", "description", "dispatch", "peer_visibility")}
+                for name in ("name", "description", "dispatch", "peer_visibility", "weight")}
 
 
 class BulkGrantForm(forms.Form):

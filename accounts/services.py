@@ -80,12 +80,12 @@ def skill_ensure(*, slug: str, name: str, description: str = "",
 
 # The settings of a skill an admin may change after creating it (the slug stays: process
 # specs and envelopes in flight name the skill by it).
-SKILL_SETTINGS = ("name", "description", "dispatch", "peer_visibility")
+SKILL_SETTINGS = ("name", "description", "dispatch", "peer_visibility", "weight")
 
 
 def skill_create(*, slug: str, name: str, description: str = "",
                  dispatch: Dispatch = Dispatch.PULL,
-                 peer_visibility: PeerVisibility = PeerVisibility.OWN,
+                 peer_visibility: PeerVisibility = PeerVisibility.OWN, weight: int = 1,
                  actor: User | None = None, request: HttpRequest | None = None) -> Skill:
     """Create a skill (audited); refuse a slug another skill has."""
     with transaction.atomic():
@@ -93,10 +93,11 @@ def skill_create(*, slug: str, name: str, description: str = "",
             raise InboxError(f"A skill with the slug {slug!r} exists already.")
         skill = Skill.objects.create(slug=slug, name=name, description=description,
                                      dispatch=Dispatch(dispatch),
-                                     peer_visibility=PeerVisibility(peer_visibility))
+                                     peer_visibility=PeerVisibility(peer_visibility),
+                                     weight=weight)
         audit_record(action=AuditAction.SKILL_CREATED, actor=actor, subject=skill.slug,
                      request=request, name=name, dispatch=skill.dispatch,
-                     peer_visibility=skill.peer_visibility)
+                     peer_visibility=skill.peer_visibility, weight=weight)
     return skill
 
 

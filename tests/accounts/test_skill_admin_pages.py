@@ -41,7 +41,7 @@ def messages_of(response) -> list[str]:
 
 
 NEW = {"slug": "tax-check", "name": "Tax check", "description": "VAT numbers",
-       "dispatch": "pull", "peer_visibility": "own"}
+       "dispatch": "pull", "peer_visibility": "own", "weight": "1"}
 
 
 # Who may -----------------------------------------------------------------------------------
@@ -116,7 +116,8 @@ def test_an_admin_creates_a_skill_and_it_is_listed_and_audited(admin, browser_fo
         "Tax check", "VAT numbers", Dispatch.PUSH, PeerVisibility.OWN)
     entry, = entries(AuditAction.SKILL_CREATED)
     assert (entry.actor_email, entry.subject) == (admin.email, "tax-check")
-    assert entry.detail == {"name": "Tax check", "dispatch": "push", "peer_visibility": "own"}
+    assert entry.detail == {"name": "Tax check", "dispatch": "push", "peer_visibility": "own",
+                            "weight": 1}
     listing = client.get(response["Location"])
     html = listing.content.decode()
     assert messages_of(listing) == ["Created the skill Tax check (tax-check), push. Grant it "
@@ -155,7 +156,7 @@ def test_an_admin_sets_a_skill_to_push_and_edits_it_and_each_change_is_audited(
     assert page.status_code == 200
     assert 'name="slug"' not in page.content.decode()  # the slug stays
     fields = {"name": review_skill.name, "description": "", "dispatch": "push",
-              "peer_visibility": "own", "slug": "renamed"}
+              "peer_visibility": "own", "weight": "1", "slug": "renamed"}
     response = client.post(path, fields)
     assert response.status_code == 302
     review_skill.refresh_from_db()
@@ -171,10 +172,21 @@ def test_an_admin_sets_a_skill_to_push_and_edits_it_and_each_change_is_audited(
     assert entries(AuditAction.SKILL_EDITED)[-1].detail["changed"] == ["name",
                                                                       "peer_visibility"]
 
+    # The weight: what one task of the skill uses of a worker's capacity.
+    client.post(path, {**fields, "name": "Invoices", "peer_visibility": "team", "weight": "2"})
+    review_skill.refresh_from_db()
+    assert review_skill.weight == 2
+    assert entries(AuditAction.SKILL_EDITED)[-1].detail == {
+        "changed": ["weight"], "weight_before": 1, "weight": 2}
+    refused = client.post(path, {**fields, "weight": "0"})
+    assert refused.status_code == 400
+    assert refused.context["form"].errors == {"weight": ["The weight is at least 1."]}
+    client.post(path, {**fields, "name": "Invoices", "peer_visibility": "team", "weight": "1"})
+
     same = client.post(path, {**fields, "name": "Invoices", "peer_visibility": "team"},
                        follow=True)
     assert "Nothing changed for Invoices (invoice-review)." in messages_of(same)
-    assert len(entries(AuditAction.SKILL_EDITED)) == 2
+    assert len(entries(AuditAction.SKILL_EDITED)) == 4
 
 
 def test_a_bad_setting_is_refused_and_the_other_values_typed_stay(
@@ -183,7 +195,7 @@ def test_a_bad_setting_is_refused_and_the_other_values_typed_stay(
     client = browser_for(admin)
     response = client.post("/team/skills/settings/invoice-review/edit/",
                            {"name": "", "description": "typed text", "dispatch": "sideways",
-                            "peer_visibility": "team"})
+                            "peer_visibility": "team", "weight": "1"})
     assert response.status_code == 400
     assert response.context["form"].errors == {
         "name": ["Give the skill a name, e.g. Invoice review."],
@@ -432,3 +444,27 @@ def test_a_skill_created_on_the_page_receives_tasks_and_a_push_switch_offers_the
     assert dispatch_pending() == 1
     task.refresh_from_db()
     assert (task.state, task.assignee) == (TaskState.OFFERED, dee)
+
+
+def test_skills_saved_in_djangos_admin_go_through_the_services_and_are_audited(
+    admin, browser_for
+):
+    client = browser_for(admin)
+    inline = {"worker_skills-TOTAL_FORMS": "0", "worker_skills-INITIAL_FORMS": "0"}
+    response = client.post("/admin/accounts/skill/add/",
+                           {"slug": "tax", "name": "Tax", "dispatch": "pull",
+                            "peer_visibility": "own", "weight": "1", **inline})
+    assert response.status_code == 302
+    skill = Skill.objects.get(slug="tax")
+    created, = entries(AuditAction.SKILL_CREATED)
+    assert (created.actor_email, created.subject) == (admin.email, "tax")
+    response = client.post(f"/admin/accounts/skill/{skill.pk}/change/",
+                           {"slug": "renamed", "name": "Tax", "dispatch": "push",
+                            "peer_visibility": "own", "weight": "3", **inline})
+    assert response.status_code == 302
+    skill.refresh_from_db()
+    assert (skill.slug, skill.dispatch, skill.weight) == ("tax", Dispatch.PUSH, 3)
+    edited, = entries(AuditAction.SKILL_EDITED)
+    assert edited.actor_email == admin.email
+    assert edited.detail == {"changed": ["dispatch", "weight"], "dispatch_before": "pull",
+                             "weight_before": 1, "dispatch": "push", "weight": 3}
