@@ -7,7 +7,7 @@ import pytest
 from accounts.roles import Role
 from inbox.services.intake import intake_message
 from inbox.services.worker import task_take_next
-from tests.browser.keyboard import LONG_EMAIL, PASSWORD
+from tests.browser.keyboard import LONG_EMAIL, PASSWORD, watch
 from tests.factories import envelope, sqs_message
 
 CHROMIUM = "/usr/bin/chromium"
@@ -39,6 +39,14 @@ def page(browser, live_server):
     page.set_default_timeout(10_000)
     yield page
     context.close()
+
+
+@pytest.fixture
+def problems(page):
+    """Collect script errors, CSP violations and failed loads of page; none may happen."""
+    seen = watch(page)
+    yield seen
+    assert seen == []
 
 
 @pytest.fixture

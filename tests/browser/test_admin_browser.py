@@ -12,22 +12,11 @@ pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
 def watch(page) -> list[str]:
-    """Collect script errors, CSP violations and failed loads of the page (400s aside)."""
-    seen: list[str] = []
-
-    def console(message) -> None:
-        if message.type == "error" and "status of 400" not in message.text:
-            seen.append(message.text)
-
-    page.on("pageerror", lambda error: seen.append(f"script error: {error}"))
-    page.on("console", console)
-    return seen
+    """Collect script errors, CSP violations and failed loads (the 400s of refusals aside)."""
+    return keyboard.watch(page, refusals_ok=True)
 
 
-def sign_in(page, email: str) -> None:
-    keyboard.sign_in(page, email, start="/")
-    page.get_by_role("heading", name="My queues", level=1).wait_for()
-    page.wait_for_load_state()
+sign_in = keyboard.sign_in_home
 
 
 def test_an_admin_grants_a_skill_with_the_keyboard_and_the_worker_sees_its_queue(

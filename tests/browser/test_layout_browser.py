@@ -9,19 +9,10 @@ pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
 
-def watch(page) -> list[str]:
-    """Collect script errors, CSP violations and failed loads of the page."""
-    seen: list[str] = []
-    page.on("pageerror", lambda error: seen.append(f"script error: {error}"))
-    page.on("console", lambda message: seen.append(message.text)
-            if message.type == "error" else None)
-    return seen
+watch = keyboard.watch
 
 
-def sign_in(page, email: str) -> None:
-    keyboard.sign_in(page, email, start="/")
-    page.get_by_role("heading", name="My queues", level=1).wait_for()
-    page.wait_for_load_state()
+sign_in = keyboard.sign_in_home
 
 
 def sideways(page) -> int:

@@ -21,14 +21,7 @@ def problems(page):
 
     A 400 is no problem: it is the task page showing a bad answer's errors.
     """
-    seen: list[str] = []
-
-    def console(message) -> None:
-        if message.type == "error" and "status of 400" not in message.text:
-            seen.append(message.text)
-
-    page.on("pageerror", lambda error: seen.append(f"script error: {error}"))
-    page.on("console", console)
+    seen = keyboard.watch(page, refusals_ok=True)
     yield seen
     assert seen == []
 

@@ -18,16 +18,6 @@ pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
 
-@pytest.fixture
-def problems(page):
-    """Collect script errors, CSP violations and failed loads; none may happen."""
-    seen: list[str] = []
-    page.on("pageerror", lambda error: seen.append(f"script error: {error}"))
-    page.on("console", lambda message: seen.append(message.text)
-            if message.type == "error" else None)
-    yield seen
-    assert seen == []
-
 
 def sign_in(page, email: str) -> None:
     keyboard.sign_in(page, email, start="/supervisor/")

@@ -6,7 +6,7 @@ import pytest
 
 from inbox.models import Task, TaskState
 from tests.browser.a11y import assert_accessible
-from tests.browser.keyboard import PASSWORD
+from tests.browser.keyboard import PASSWORD, watch
 from tests.browser.test_reviewer_browser import open_task_titled, sign_in
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -18,14 +18,7 @@ def problems(live_page):
 
     A 400 is no problem: it is the task page showing a bad answer's errors.
     """
-    seen: list[str] = []
-
-    def console(message) -> None:
-        if message.type == "error" and "status of 400" not in message.text:
-            seen.append(message.text)
-
-    live_page.on("pageerror", lambda error: seen.append(f"script error: {error}"))
-    live_page.on("console", console)
+    seen = watch(live_page, refusals_ok=True)
     yield seen
     assert seen == []
 

@@ -19,16 +19,6 @@ pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 KEYS = {"g": "reassign", "e": "extend", "q": "return", "b": "abort"}
 
 
-@pytest.fixture
-def problems(page):
-    """Collect script errors and CSP violations; none may happen."""
-    seen: list[str] = []
-    page.on("pageerror", lambda error: seen.append(f"script error: {error}"))
-    page.on("console", lambda message: seen.append(message.text)
-            if message.type == "error" else None)
-    yield seen
-    assert seen == []
-
 
 @pytest.fixture
 def held(make_task, make_worker):

@@ -13,16 +13,6 @@ from tests.browser.test_reviewer_browser import focused, open_task_titled, sign_
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
-@pytest.fixture
-def problems(page):
-    """Collect script errors, CSP violations and failed loads; none may happen."""
-    seen: list[str] = []
-    page.on("pageerror", lambda error: seen.append(f"script error: {error}"))
-    page.on("console", lambda message: seen.append(message.text)
-            if message.type == "error" else None)
-    yield seen
-    assert seen == []
-
 
 def test_z_takes_a_complete_back_and_nothing_is_sent(
     page, screenshot, problems, make_task, make_worker, settings, monkeypatch
