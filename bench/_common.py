@@ -273,6 +273,26 @@ def workers_create(count: int, *, skills_of: "object", prefix: str = "worker",
     return [user.pk for user in users]
 
 
+def sessions_signed_in(user_ids: Sequence[int]) -> list[str]:
+    """Return a signed-in session key per user, in the order given (a browser's cookie)."""
+    from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY
+    from django.contrib.sessions.backends.db import SessionStore
+
+    from accounts.models import User
+
+    users = User.objects.in_bulk(list(user_ids))
+    keys = []
+    for user_id in user_ids:
+        user = users[user_id]
+        session = SessionStore()
+        session[SESSION_KEY] = str(user.pk)
+        session[BACKEND_SESSION_KEY] = "django.contrib.auth.backends.ModelBackend"
+        session[HASH_SESSION_KEY] = user.get_session_auth_hash()
+        session.create()
+        keys.append(session.session_key)
+    return keys
+
+
 def api_token(prefix: str, i: int) -> str:
     """Return the API token secret of worker i (knox's shape: 64 hex digits, deterministic)."""
     import hashlib

@@ -36,6 +36,7 @@ from _common import (
     machine_print,
     percentile,
     scratch_database,
+    sessions_signed_in,
     skills_create,
     table,
     tasks_insert,
@@ -46,23 +47,6 @@ HEADERS = ["clients", "signals seen", "p50 ms", "p95 ms", "p99 ms", "max ms",
            "web CPU ms/s per idle client"]
 BROWSERS = ["Chromium pages: commit -> regions in place, ms"]
 
-
-def _sessions(user_ids: list[int]) -> list[str]:
-    """Return a signed-in session key per user (what the browser's cookie holds)."""
-    from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY
-    from django.contrib.sessions.backends.db import SessionStore
-
-    from accounts.models import User
-
-    keys = []
-    for user in User.objects.filter(pk__in=user_ids).order_by("pk"):
-        session = SessionStore()
-        session[SESSION_KEY] = str(user.pk)
-        session[BACKEND_SESSION_KEY] = "django.contrib.auth.backends.ModelBackend"
-        session[HASH_SESSION_KEY] = user.get_session_auth_hash()
-        session.create()
-        keys.append(session.session_key)
-    return keys
 
 
 async def _client(port: int, session: str, since: int, seen: dict,
@@ -251,7 +235,7 @@ def main() -> None:
         from inbox.models import Task
 
         task_ids = list(Task.objects.order_by("created_at").values_list("pk", flat=True))
-        sessions = _sessions(reviewers)
+        sessions = sessions_signed_in(reviewers)
         if args.browsers:
             from django.core.management import call_command
 

@@ -29,6 +29,7 @@ from _common import (
     free_port,
     machine_print,
     scratch_database,
+    sessions_signed_in,
     skills_create,
     table,
     tasks_insert,
@@ -69,20 +70,6 @@ def _tasks(skill_id: int, worker_id: int, sizes: list[int]) -> dict[str, str]:
         ids[name] = str(task.pk)
     return ids
 
-
-def _session(user_id: int) -> str:
-    from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY
-    from django.contrib.sessions.backends.db import SessionStore
-
-    from accounts.models import User
-
-    user = User.objects.get(pk=user_id)
-    session = SessionStore()
-    session[SESSION_KEY] = str(user.pk)
-    session[BACKEND_SESSION_KEY] = "django.contrib.auth.backends.ModelBackend"
-    session[HASH_SESSION_KEY] = user.get_session_auth_hash()
-    session.create()
-    return session.session_key
 
 
 def measure(port: int, session: str, ids: dict[str, str], *, runs: int) -> list[list[object]]:
@@ -131,7 +118,7 @@ def main() -> None:
         skill = skills_create(1)[0]
         worker = workers_create(1, skills_of=lambda i: [skill], prefix="reader")[0]
         ids = _tasks(skill, worker, sizes)
-        session = _session(worker)
+        session, = sessions_signed_in([worker])
         # The pages' script and styles, as a production web serves them (WhiteNoise).
         call_command("collectstatic", "--noinput", verbosity=0)
         port = free_port()

@@ -41,6 +41,7 @@ from _common import (
     machine_print,
     percentile,
     scratch_database,
+    sessions_signed_in,
     skills_create,
     table,
     tasks_insert,
@@ -85,20 +86,6 @@ def _first_task(skill_id: int, worker_id: int, count: int) -> str:
                      title="'Review invoice INV-' || (1000 + n)")
     return str(task_take_next(worker=User.objects.get(pk=worker_id)).pk)
 
-
-def _session(user_id: int) -> str:
-    from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY
-    from django.contrib.sessions.backends.db import SessionStore
-
-    from accounts.models import User
-
-    user = User.objects.get(pk=user_id)
-    session = SessionStore()
-    session[SESSION_KEY] = str(user.pk)
-    session[BACKEND_SESSION_KEY] = "django.contrib.auth.backends.ModelBackend"
-    session[HASH_SESSION_KEY] = user.get_session_auth_hash()
-    session.create()
-    return session.session_key
 
 
 class Traffic:
@@ -198,7 +185,7 @@ def main() -> None:
         skill = skills_create(1)[0]
         worker = workers_create(1, skills_of=lambda i: [skill], prefix="reviewer")[0]
         first = _first_task(skill, worker, 2 * (WARM_UP + args.tasks) + 1)
-        session = _session(worker)
+        session, = sessions_signed_in([worker])
         call_command("collectstatic", "--noinput", verbosity=0)
         port = free_port()
         web = subprocess.Popen(
