@@ -25,7 +25,6 @@ from django.db.models import (
     Q,
     QuerySet,
     Subquery,
-    Sum,
     Value,
     When,
 )
@@ -36,7 +35,7 @@ from django.utils.dateparse import parse_datetime
 from accounts.models import ONLINE_SECONDS, Skill, User, WorkerSkill
 from accounts.roles import Role
 from accounts.selectors import user_roles
-from inbox.eligibility import Verdict, worker_verdicts
+from inbox.eligibility import Verdict, held_units, worker_verdicts
 from inbox.models import HELD_STATES, OPEN_STATES, Task, TaskEvent, TaskState
 from inbox.selectors import visible_tasks
 from inbox.services.presence import online_since
@@ -407,8 +406,7 @@ def team_presence(*, skills: list[Skill], now: datetime.datetime) -> dict[str, A
             online=Case(When(last_seen__gte=online_since(now), then=Value(True)),
                         default=Value(False), output_field=BooleanField()),
             offered=count(TaskState.OFFERED), in_progress=count(TaskState.IN_PROGRESS),
-            load=Coalesce(Subquery(held.annotate(units=Sum("skill__weight")).values("units"),
-                                   output_field=IntegerField()), Value(0)),
+            load=held_units(),
         ).order_by("-online", "availability", "email")[:PRESENCE_SIZE + 1]
     )
     more = workers.count() - PRESENCE_SIZE if len(rows) > PRESENCE_SIZE else 0
@@ -423,15 +421,11 @@ def bulk_workers(*, skills: list[Skill]) -> QuerySet[User]:
     ``free`` and ``proficiencies`` (their WorkerSkill rows of these skills, by slug). The
     reassign of each task still checks that worker against that task.
     """
-    # Capacity units, as inbox.eligibility counts them: each held task its skill's weight.
-    held = (Task.objects.filter(assignee_id=OuterRef("pk"), state__in=HELD_STATES)
-            .order_by().values("assignee_id"))
     return (
         User.objects.filter(is_active=True, worker_skills__skill__in=skills)
         .filter(Q(groups__name=Role.WORKER) | Q(is_superuser=True))
-        .annotate(load=Coalesce(Subquery(held.annotate(units=Sum("skill__weight"))
-                                         .values("units"), output_field=IntegerField()),
-                                Value(0)))
+        # Capacity units, as inbox.eligibility counts them.
+        .annotate(load=held_units())
         .annotate(free=F("capacity") - F("load"))
         .prefetch_related(Prefetch(
             "worker_skills", to_attr="proficiencies",

@@ -95,19 +95,25 @@ class Verdict:
         return self.worker.capacity - self.load
 
 
-def _annotated(task: Task, workers: QuerySet[User]) -> QuerySet[User]:
-    """Return workers with what their verdicts need, read in the same query."""
-    passes = TaskPass.objects.filter(task_id=task.pk, worker_id=OuterRef("pk"))
+def held_units() -> Coalesce:
+    """Return, to annotate on workers, the capacity units their held tasks use (each its
+    skill's weight; offered or in progress), 0 for none."""
     held = (Task.objects.filter(assignee_id=OuterRef("pk"), state__in=HELD_STATES)
             .order_by().values("assignee_id").annotate(units=Sum("skill__weight"))
             .values("units"))
+    return Coalesce(Subquery(held, output_field=IntegerField()), Value(0))
+
+
+def _annotated(task: Task, workers: QuerySet[User]) -> QuerySet[User]:
+    """Return workers with what their verdicts need, read in the same query."""
+    passes = TaskPass.objects.filter(task_id=task.pk, worker_id=OuterRef("pk"))
     workers = workers.annotate(
         in_worker_group=Exists(Group.objects.filter(name=Role.WORKER, user=OuterRef("pk"))),
         proficiency=Subquery(WorkerSkill.objects.filter(
             worker_id=OuterRef("pk"), skill_id=task.skill_id).values("proficiency")[:1]),
         declined=Exists(passes.filter(why=TaskPass.Why.DECLINED)),
         lapsed_at=Subquery(passes.filter(why=TaskPass.Why.LAPSED).values("at")[:1]),
-        load=Coalesce(Subquery(held, output_field=IntegerField()), Value(0)),
+        load=held_units(),
     )
     if task.exclude_workers_of:
         return workers.annotate(separated=Exists(Task.objects.filter(
