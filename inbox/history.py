@@ -10,10 +10,9 @@ import hashlib
 import json
 
 from accounts.models import User
-from inbox.models import Task, TaskEvent
+from inbox.models import GENESIS_HASH, Task, TaskEvent
 
-GENESIS_HASH = "0" * 64
-
+__all__ = ["GENESIS_HASH", "event_hash", "event_new", "event_save", "events_verify"]
 
 
 def event_hash(*, prev_hash: str, task_id: str, version: int, action: str, from_state: str,
@@ -27,14 +26,16 @@ def event_hash(*, prev_hash: str, task_id: str, version: int, action: str, from_
     return hashlib.sha256(content.encode()).hexdigest()
 
 
-def event_append(*, task: Task, action: str, from_state: str, actor: User | None, label: str,
-                  reason: str, data: dict, at: datetime.datetime) -> TaskEvent:
-    """Append the event of a change already applied to task (its new state and version)."""
-    previous = (
-        TaskEvent.objects.filter(task=task).order_by("-version").values_list("hash", flat=True)
-        .first()
-    ) or GENESIS_HASH
-    return TaskEvent.objects.create(
+def event_new(*, task: Task, action: str, from_state: str, actor: User | None, label: str,
+              reason: str, data: dict, at: datetime.datetime) -> TaskEvent:
+    """Return the unsaved event of a change applied to task (its new state and version).
+
+    It links to task.chain_head, the hash of the task's latest event, and moves the head
+    on to its own hash: the caller saves the task (with chain_head) and the event in the
+    same transaction, the task's row lock keeping the chain linear.
+    """
+    previous = task.chain_head
+    event = TaskEvent(
         task=task, version=task.version, action=action, from_state=from_state,
         to_state=task.state, actor=actor, actor_label=label, reason=reason, data=data, at=at,
         prev_hash=previous,
@@ -42,6 +43,14 @@ def event_append(*, task: Task, action: str, from_state: str, actor: User | None
                         action=action, from_state=from_state, to_state=task.state,
                         actor=label, reason=reason, data=data, at=at),
     )
+    task.chain_head = event.hash
+    return event
+
+
+def event_save(event: TaskEvent) -> TaskEvent:
+    """Insert an event from event_new, once its task's row (with the new head) is written."""
+    event.save(force_insert=True)
+    return event
 
 
 def events_verify(*, task: Task) -> str | None:
@@ -60,4 +69,7 @@ def events_verify(*, task: Task) -> str | None:
         if recomputed != event.hash:
             return f"event v{event.version} ({event.action}) was altered after it was written"
         previous = event.hash
+    head = Task.objects.filter(pk=task.pk).values_list("chain_head", flat=True).first()
+    if head != previous:
+        return f"the task's chain head does not name its latest event (v{task.version})"
     return None

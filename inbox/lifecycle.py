@@ -29,7 +29,7 @@ from accounts.models import User
 from config.errors import Conflict, InboxError, NotFound
 from inbox import effects
 from inbox.effects import Effect
-from inbox.history import event_append
+from inbox.history import event_new, event_save
 from inbox.models import (
     CLOSED_STATES,
     HELD_STATES,
@@ -439,16 +439,20 @@ def _apply(row: Transition, *, task_id: Any, actor: User | None, system: str,
             raise refusal
         step = Step(actor=actor, now=timezone.now(), reason=reason, params=params)
         from_state, holder_before = task.state, task.assignee_id
+        before = _snapshot(task)
         data = row.change(task, step)
         if holder_before is not None and task.assignee_id != holder_before:
             # Whom the task was taken from: the live stream tells them it went.
             data = {**data, "holder_before": holder_before}
         task.state = row.target_from(from_state)
         task.version += 1
-        task.save()
-        event = event_append(task=task, action=row.action, from_state=from_state,
-                             actor=actor, label=actor.email if actor is not None else system,
-                             reason=reason, data=data, at=step.now)
+        event = event_new(task=task, action=row.action, from_state=from_state,
+                          actor=actor, label=actor.email if actor is not None else system,
+                          reason=reason, data=data, at=step.now)
+        # Only what the change wrote: the row's other columns (its input above all) stay
+        # out of the UPDATE.
+        task.save(update_fields=_changed(task, before))
+        event_save(event)
         outbox_id, wait = None, undo_seconds() if row.undoable else 0
         if row.callback is not None:
             callback = row.callback(task, step)
@@ -463,6 +467,23 @@ def _apply(row: Transition, *, task_id: Any, actor: User | None, system: str,
     changes.info("task %s… %s → %s%s (%s by %s)", str(task.pk)[:8], from_state, task.state,
                  f" {data['worker']}" if "worker" in data else "", row.action, event.actor_label)
     return task
+
+
+# The columns a change may write besides state, version and the chain head.
+CHANGEABLE = ("assignee_id", "offer_deadline", "work_deadline", "overall_deadline",
+              "next_heartbeat_at", "answer", "reason", "closed_at")
+ALWAYS_WRITTEN = ["state", "version", "chain_head"]
+
+
+def _snapshot(task: Task) -> tuple[Any, ...]:
+    return tuple(getattr(task, name) for name in CHANGEABLE)
+
+
+def _changed(task: Task, before: tuple[Any, ...]) -> list[str]:
+    """Return the columns to write: the ones every change writes and those this one did."""
+    return ALWAYS_WRITTEN + [
+        name.removesuffix("_id") for name, was in zip(CHANGEABLE, before, strict=True)
+        if getattr(task, name) != was]
 
 
 def undo_seconds() -> int:
@@ -507,10 +528,12 @@ def task_receive(**fields: Any) -> Task:
     if not transaction.get_connection().in_atomic_block:
         raise RuntimeError("task_receive needs the intake's transaction.")
     now = timezone.now()
-    task = Task.objects.create(state=row.target_from(""), **fields)
+    task = Task(state=row.target_from(""), **fields)
     step = Step(actor=None, now=now, reason="", params={})
-    event = event_append(task=task, action=row.action, from_state="", actor=None,
-                         label=row.system, reason="", data=row.change(task, step), at=now)
+    event = event_new(task=task, action=row.action, from_state="", actor=None,
+                      label=row.system, reason="", data=row.change(task, step), at=now)
+    task.save(force_insert=True)
+    event_save(event)
     effects.after_commit(task=task, effects=row.all_effects + _signal(event, now))
     return task
 

@@ -21,6 +21,9 @@ class TaskState(models.TextChoices):
     CANCELLED = "cancelled", "Cancelled"
 
 
+# The hash before a task's first event (inbox.history chains each event to the one before).
+GENESIS_HASH = "0" * 64
+
 # The state groups, defined here once (lists, as the index conditions below need them).
 # Open: a worker or supervisor can act on it; its clocks run.
 OPEN_STATES = [TaskState.QUEUED, TaskState.OFFERED, TaskState.IN_PROGRESS, TaskState.ESCALATED]
@@ -83,6 +86,10 @@ class Task(models.Model):
     answer = models.JSONField(null=True, blank=True)
     reason = models.TextField(blank=True)
     closed_at = models.DateTimeField(null=True, blank=True)
+    # The hash of the task's latest event (the head of its chain, inbox.history): the next
+    # event links to it without reading the history. Written with every event.
+    chain_head = models.CharField(max_length=64, default=GENESIS_HASH,
+                                  db_default=GENESIS_HASH, editable=False)
 
     class Meta:
         indexes = [

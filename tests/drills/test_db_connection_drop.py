@@ -45,24 +45,24 @@ def test_a_connection_killed_mid_transition_leaves_nothing_half_applied(
     make_task()
     task = task_take_next(worker=worker)
     before = _snapshot(task)
-    real_append = lifecycle.event_append
+    real_append = lifecycle.event_save
     killed: list[int] = []
 
-    def append_then_die(**kwargs):
+    def append_then_die(event):
         if when == "after the task row":
             killed.append(backend_pid())
             _terminate(killed[-1])
-        event = real_append(**kwargs)
+        event = real_append(event)
         if when == "after the history event":
             killed.append(backend_pid())
             _terminate(killed[-1])
         return event
 
-    monkeypatch.setattr(lifecycle, "event_append", append_then_die)
+    monkeypatch.setattr(lifecycle, "event_save", append_then_die)
     with pytest.raises((OperationalError, InterfaceError)):
         task_complete(worker=worker, task_id=task.pk, answer=APPROVE,
                                expected_version=task.version)
-    monkeypatch.setattr(lifecycle, "event_append", real_append)
+    monkeypatch.setattr(lifecycle, "event_save", real_append)
 
     connection.close()  # what Django does at the end of the failed request
     assert backend_pid() != killed[0]

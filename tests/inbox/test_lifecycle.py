@@ -123,6 +123,28 @@ def test_a_tampered_event_is_found(make_task, make_worker):
         "event v1 (receive) was altered after it was written")
 
 
+def test_the_task_row_keeps_the_head_of_its_chain(make_task, make_worker):
+    """Each event links to the task's chain head and moves it on: no history read."""
+    worker = make_worker({"invoice-review": 3})
+    make_task()
+    task = task_take_next(worker=worker)
+    task = task_release(worker=worker, task_id=task.pk, reason="lunch")
+    latest = TaskEvent.objects.filter(task=task).order_by("-version").first()
+    assert task.chain_head == latest.hash
+    task.refresh_from_db()
+    assert task.chain_head == latest.hash
+
+
+def test_a_chain_head_that_lost_its_latest_event_is_found(make_task, make_worker):
+    worker = make_worker({"invoice-review": 3})
+    make_task()
+    task = task_take_next(worker=worker)
+    first = TaskEvent.objects.get(task=task, version=1)
+    type(task).objects.filter(pk=task.pk).update(chain_head=first.hash)
+    assert events_verify(task=task) == (
+        "the task's chain head does not name its latest event (v2)")
+
+
 def test_complete_validates_the_answer_before_anything_changes(make_task, make_worker):
     worker = make_worker({"invoice-review": 3})
     make_task()
