@@ -25,7 +25,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from accounts.models import User
+from accounts.models import Skill, User
 from config.errors import Conflict, InboxError, NotFound
 from inbox import effects
 from inbox.effects import Effect
@@ -74,13 +74,30 @@ class AccessLost(Conflict):
 
 
 @dataclass(frozen=True)
+class Pass:
+    """A worker letting an offer go, for the change's TaskPass row (written with the task)."""
+
+    task_id: Any
+    worker_id: int
+    why: str
+    reason: str
+    # An offer lapsed again after its cool-down: a lapsed pass already there starts anew.
+    renew_lapsed: bool = False
+
+
+@dataclass(frozen=True)
 class Step:
-    """What one application of a transition knows: who, when, why, and its parameters."""
+    """What one application of a transition knows: who, when, why, and its parameters.
+
+    passes collects the TaskPass rows the change asks for; the apply function writes them
+    (in bulk, for a batch) with the task.
+    """
 
     actor: User | None
     now: datetime.datetime
     reason: str
     params: Mapping[str, Any]
+    passes: list[Pass] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -185,22 +202,45 @@ def _withdrawn(task: Task, step: Step) -> dict[str, Any]:
 
 def _declined(task: Task, step: Step) -> dict[str, Any]:
     """Back to the queue; never offered to this worker again."""
-    TaskPass.objects.get_or_create(task=task, worker=step.actor, defaults={
-        "why": TaskPass.Why.DECLINED, "reason": step.reason})
+    step.passes.append(Pass(task_id=task.pk, worker_id=step.actor.pk,
+                            why=TaskPass.Why.DECLINED, reason=step.reason))
     return _to_queue(task, step)
 
 
 def _lapsed(task: Task, step: Step) -> dict[str, Any]:
     """Back to the queue; offered to this worker again only after a cool-down."""
-    passed, created = TaskPass.objects.get_or_create(
-        task=task, worker_id=task.assignee_id,
-        defaults={"why": TaskPass.Why.LAPSED, "reason": "The offer ran out."},
-    )
-    if not created and passed.why == TaskPass.Why.LAPSED:
-        # Offered again after the cool-down and lapsed again: a new cool-down starts.
-        passed.at = step.now
-        passed.save(update_fields=["at"])
+    # Offered again after the cool-down and lapsed again: a new cool-down starts.
+    step.passes.append(Pass(task_id=task.pk, worker_id=task.assignee_id,
+                            why=TaskPass.Why.LAPSED, reason="The offer ran out.",
+                            renew_lapsed=True))
     return _to_queue(task, step)
+
+
+def passes_write(passes: list[Pass], *, now: datetime.datetime) -> None:
+    """Write the TaskPass rows of changes just applied: at most three statements for all.
+
+    A worker's pass on a task is kept once (the first why stays); a lapse on a task already
+    lapsed for that worker renews its cool-down. Their tasks are locked by the transition's
+    transaction, and passes are only written under that lock: no second writer races these.
+    """
+    if not passes:
+        return
+    pairs = {(one.task_id, one.worker_id): one for one in passes}
+    existing = {
+        (task_id, worker_id): (pk, why)
+        for pk, task_id, worker_id, why in TaskPass.objects.filter(
+            task_id__in={task_id for task_id, _ in pairs},
+            worker_id__in={worker_id for _, worker_id in pairs},
+        ).values_list("pk", "task_id", "worker_id", "why")
+        if (task_id, worker_id) in pairs
+    }
+    TaskPass.objects.bulk_create([
+        TaskPass(task_id=one.task_id, worker_id=one.worker_id, why=one.why, reason=one.reason)
+        for key, one in pairs.items() if key not in existing])
+    renewed = [pk for key, (pk, why) in existing.items()
+               if pairs[key].renew_lapsed and why == TaskPass.Why.LAPSED]
+    if renewed:
+        TaskPass.objects.filter(pk__in=renewed).update(at=now)
 
 
 def _extend(clock: str) -> Change:
@@ -438,35 +478,146 @@ def _apply(row: Transition, *, task_id: Any, actor: User | None, system: str,
         if refusal is not None:
             raise refusal
         step = Step(actor=actor, now=timezone.now(), reason=reason, params=params)
-        from_state, holder_before = task.state, task.assignee_id
-        before = _snapshot(task)
-        data = row.change(task, step)
-        if holder_before is not None and task.assignee_id != holder_before:
-            # Whom the task was taken from: the live stream tells them it went.
-            data = {**data, "holder_before": holder_before}
-        task.state = row.target_from(from_state)
-        task.version += 1
-        event = event_new(task=task, action=row.action, from_state=from_state,
-                          actor=actor, label=actor.email if actor is not None else system,
-                          reason=reason, data=data, at=step.now)
+        applied = _change(row, task=task, step=step, system=system)
         # Only what the change wrote: the row's other columns (its input above all) stay
         # out of the UPDATE.
-        task.save(update_fields=_changed(task, before))
-        event_save(event)
-        outbox_id, wait = None, undo_seconds() if row.undoable else 0
-        if row.callback is not None:
-            callback = row.callback(task, step)
-            outbox_id = Outbox.objects.create(
-                task=task, decision_version=task.version, kind=callback.kind,
-                output=callback.output, error=callback.error, cause=callback.cause,
-                next_attempt_at=step.now + datetime.timedelta(seconds=wait),
-            ).pk
-        effects.after_commit(task=task, effects=row.all_effects + _signal(event, step.now),
-                             outbox_id=outbox_id, callback_delay=wait)
+        task.save(update_fields=applied.fields)
+        event_save(applied.event)
+        passes_write(step.passes, now=step.now)
+        if applied.outbox is not None:
+            applied.outbox.save(force_insert=True)
+        _after_commit(row, applied, now=step.now)
     # After the block: committed, unless a caller's transaction holds it (then released).
-    changes.info("task %s… %s → %s%s (%s by %s)", str(task.pk)[:8], from_state, task.state,
-                 f" {data['worker']}" if "worker" in data else "", row.action, event.actor_label)
+    _log(row, applied)
     return task
+
+
+@dataclass(frozen=True)
+class _Applied:
+    """One task changed in memory by a row, with the rows to write beside it."""
+
+    task: Task
+    from_state: str
+    data: dict[str, Any]
+    fields: list[str]
+    event: TaskEvent
+    outbox: Outbox | None
+    wait: int
+
+
+def _change(row: Transition, *, task: Task, step: Step, system: str) -> _Applied:
+    """Apply row's change to task in memory; return it with its unsaved event and outbox row."""
+    actor = step.actor
+    from_state, holder_before = task.state, task.assignee_id
+    before = _snapshot(task)
+    data = row.change(task, step)
+    if holder_before is not None and task.assignee_id != holder_before:
+        # Whom the task was taken from: the live stream tells them it went.
+        data = {**data, "holder_before": holder_before}
+    task.state = row.target_from(from_state)
+    task.version += 1
+    event = event_new(task=task, action=row.action, from_state=from_state,
+                      actor=actor, label=actor.email if actor is not None else system,
+                      reason=step.reason, data=data, at=step.now)
+    outbox, wait = None, undo_seconds() if row.undoable else 0
+    if row.callback is not None:
+        callback = row.callback(task, step)
+        outbox = Outbox(
+            task=task, decision_version=task.version, kind=callback.kind,
+            output=callback.output, error=callback.error, cause=callback.cause,
+            next_attempt_at=step.now + datetime.timedelta(seconds=wait),
+        )
+    return _Applied(task=task, from_state=from_state, data=data,
+                    fields=_changed(task, before), event=event, outbox=outbox, wait=wait)
+
+
+def _after_commit(row: Transition, applied: _Applied, *, now: datetime.datetime,
+                  signals: bool = True) -> None:
+    """Hand the row's effects on one applied change to inbox.effects (signal rows first)."""
+    signal = _signal(applied.event, now) if signals else ()
+    effects.after_commit(task=applied.task, effects=row.all_effects + signal,
+                         outbox_id=applied.outbox.pk if applied.outbox is not None else None,
+                         callback_delay=applied.wait)
+
+
+def _log(row: Transition, applied: _Applied) -> None:
+    data, task = applied.data, applied.task
+    changes.info("task %s… %s → %s%s (%s by %s)", str(task.pk)[:8], applied.from_state,
+                 task.state, f" {data['worker']}" if "worker" in data else "", row.action,
+                 applied.event.actor_label)
+
+
+@dataclass(frozen=True)
+class Batch:
+    """What transitions_apply did: the tasks changed, and why each other one was refused."""
+
+    applied: list[Task]
+    refused: dict[Any, Conflict]
+
+
+def transitions_apply(*, action: str, tasks: list[Task], system: str = "",
+                      reason: Callable[[Task], str] | str = "", actor: User | None = None,
+                      **params: Any) -> Batch:
+    """Apply the table's row for action to many tasks the open transaction locked.
+
+    The set-based form of transition, for the clocks and other system work on rows the
+    caller read FOR UPDATE (SKIP LOCKED) in its transaction: each task is checked and
+    changed by the same row as transition does one (refusals are returned, not raised: a
+    row that changed since it was read is not due), and the writes are a fixed number of
+    statements for the whole batch: one UPDATE of the tasks, one INSERT of their events,
+    one of their outbox rows, their passes and signal rows. reason is one for all, or
+    what to say of each task. Effects run after the caller's transaction commits.
+    """
+    row = TRANSITIONS[action]
+    if not transaction.get_connection().in_atomic_block:
+        raise RuntimeError("transitions_apply needs the transaction that locked the rows.")
+    now = timezone.now()
+    done: list[_Applied] = []
+    refused: dict[Any, Conflict] = {}
+    passes: list[Pass] = []
+    for task in tasks:
+        said = reason(task) if callable(reason) else reason
+        refusal = _refusal(row, task=task, actor=actor) or _reason_refusal(row, said)
+        if refusal is not None:
+            refused[task.pk] = refusal
+            continue
+        step = Step(actor=actor, now=now, reason=said, params=params)
+        done.append(_change(row, task=task, step=step, system=system or row.system))
+        passes += step.passes
+    if done:
+        fields = sorted({name for one in done for name in one.fields})
+        Task.objects.bulk_update([one.task for one in done], fields)
+        TaskEvent.objects.bulk_create([one.event for one in done])
+        passes_write(passes, now=now)
+        Outbox.objects.bulk_create([one.outbox for one in done if one.outbox is not None])
+        if Effect.DISPATCH in row.effects:
+            _skills_load([one.task for one in done])
+        for one in done:
+            _after_commit(row, one, now=now, signals=False)
+            _log(row, one)
+        # One relay for the batch's signals: it sends whatever is due.
+        signal = _signals_write([one.event for one in done], now=now)
+        if signal:
+            effects.after_commit(task=done[0].task, effects=signal)
+    return Batch(applied=[one.task for one in done], refused=refused)
+
+
+def _skills_load(tasks: list[Task]) -> None:
+    """Read the skills of tasks in one query (dispatch asks each task's queue kind)."""
+    missing = {task.skill_id for task in tasks if not Task.skill.is_cached(task)}
+    skills = Skill.objects.in_bulk(missing) if missing else {}
+    for task in tasks:
+        if task.skill_id in skills:
+            task.skill = skills[task.skill_id]
+
+
+def _reason_refusal(row: Transition, reason: str) -> Conflict | None:
+    if row.needs_reason and not reason.strip():
+        return Conflict(row.needs_reason)
+    if len(reason) > REASON_MAX_CHARS:
+        return InboxError(f"The reason is {len(reason):,} characters long; say it in at "
+                          f"most {REASON_MAX_CHARS:,}.")
+    return None
 
 
 # The columns a change may write besides state, version and the chain head.
@@ -540,9 +691,15 @@ def task_receive(**fields: Any) -> Task:
 
 def _signal(event: TaskEvent, now: datetime.datetime) -> tuple[Effect, ...]:
     """Record the event as a change signal to relay, if a bus is set; return its effect."""
-    if not settings.INBOX_SIGNALS_BUS:
+    return _signals_write([event], now=now)
+
+
+def _signals_write(events: list[TaskEvent], *, now: datetime.datetime) -> tuple[Effect, ...]:
+    """Record each event as a change signal to relay, if a bus is set; return the effect."""
+    if not settings.INBOX_SIGNALS_BUS or not events:
         return ()
-    # In the event's transaction: a signal exists exactly for each committed change.
-    SignalOutbox.objects.create(event=event, task_id=event.task_id, version=event.version,
-                                next_attempt_at=now)
+    # In the events' transaction: a signal exists exactly for each committed change.
+    SignalOutbox.objects.bulk_create(
+        SignalOutbox(event=event, task_id=event.task_id, version=event.version,
+                     next_attempt_at=now) for event in events)
     return (Effect.SIGNAL,)

@@ -233,3 +233,79 @@ def test_the_architecture_doc_shows_the_transition_table_as_the_code_has_it():
     doc = (ROOT / "docs" / "ARCHITECTURE.md").read_text()
     table = transitions_markdown()
     assert table in doc, f"docs/ARCHITECTURE.md should hold this table:\n\n{table}\n"
+
+
+def _rows_of(task: Task) -> dict:
+    """Return what a change wrote of a task, its history, outbox and passes, without times."""
+    from inbox.models import TaskPass
+
+    fresh = Task.objects.get(pk=task.pk)
+    last = TaskEvent.objects.filter(task=task).order_by("-version").first()
+    clocks = ("offer_deadline", "work_deadline", "overall_deadline", "next_heartbeat_at",
+              "closed_at")
+    return {
+        "task": (fresh.state, fresh.version, fresh.assignee_id, fresh.answer, fresh.reason,
+                 *(getattr(fresh, clock) is None for clock in clocks)),
+        "event": (last.action, last.from_state, last.to_state, last.actor_label, last.reason,
+                  {key: value for key, value in last.data.items()
+                   if not key.endswith(("deadline", "At"))}),
+        "outbox": sorted((row.kind, row.error, row.cause, sorted(row.output or {}))
+                         for row in Outbox.objects.filter(task=task)),
+        "passes": sorted(TaskPass.objects.filter(task=task).values_list("why", "reason",
+                                                                        "worker_id")),
+        "verified": events_verify(task=fresh),
+    }
+
+
+@pytest.mark.parametrize("action", ACTIONS)
+def test_a_batch_writes_what_one_transition_at_a_time_writes(
+    action, make_task, people, enqueued, django_capture_on_commit_callbacks
+):
+    """transitions_apply (the clocks' set-based form) applies the same row the same way."""
+    from django.db import transaction
+
+    from inbox.lifecycle import transitions_apply
+
+    row = TRANSITIONS[action]
+    state = row.sources[0]
+    one, twin, refused = (_task_in(s, make_task=make_task, holder=people["holder"])
+                          for s in (state, state, TaskState.CANCELLED))
+    arguments = _arguments(action, people)
+    with django_capture_on_commit_callbacks(execute=True):
+        transition(task_id=one.pk, action=action, **arguments)
+    singly, enqueued[:] = list(enqueued), []
+    reason = arguments.pop("reason")
+    with django_capture_on_commit_callbacks(execute=True), transaction.atomic():
+        locked = list(Task.objects.select_for_update().filter(pk__in=[twin.pk, refused.pk])
+                      .order_by("created_at"))
+        batch = transitions_apply(action=action, tasks=locked, reason=reason, **arguments)
+    assert [task.pk for task in batch.applied] == [twin.pk]
+    assert list(batch.refused) == [refused.pk]
+    assert _rows_of(twin) == _rows_of(one)
+    assert _rows_of(twin)["verified"] is None
+    assert [name for name, _ in enqueued] == [name for name, _ in singly]
+    assert Task.objects.get(pk=refused.pk).version == refused.version
+
+
+@pytest.mark.parametrize("action", ["offer_timeout", "work_timeout", "overall_timeout"])
+def test_a_batch_costs_the_same_statements_whatever_its_size(
+    action, make_task, people, enqueued
+):
+    from django.db import connection, transaction
+    from django.test.utils import CaptureQueriesContext
+
+    from inbox.lifecycle import transitions_apply
+
+    state = TRANSITIONS[action].sources[0]
+    counts = []
+    for size in (2, 6):
+        tasks = [_task_in(state, make_task=make_task, holder=people["holder"])
+                 for _ in range(size)]
+        with transaction.atomic():
+            locked = list(Task.objects.select_for_update()
+                          .filter(pk__in=[task.pk for task in tasks]))
+            with CaptureQueriesContext(connection) as queries:
+                batch = transitions_apply(action=action, tasks=locked, reason="Ran out.")
+        assert len(batch.applied) == size
+        counts.append(len(queries))
+    assert counts[0] == counts[1] <= 5, counts
