@@ -16,6 +16,7 @@ still hold the task (their current role, skill and proficiency: AccessLost, 409)
 """
 
 import datetime
+import json
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -600,6 +601,47 @@ def transitions_apply(*, action: str, tasks: list[Task], system: str = "",
         if signal:
             effects.after_commit(task=done[0].task, effects=signal)
     return Batch(applied=[one.task for one in done], refused=refused)
+
+
+def take_next_applied(*, worker: User, skill: str | None = None) -> Task | None:
+    """Apply the take_next row in the database, in one round trip; None if nothing taken.
+
+    PostgreSQL only (the function inbox_take_next, migration 0010): it checks the worker
+    (active, the worker role), weighs their capacity, picks the candidate (SKIP LOCKED,
+    separation of duties), changes it as _hold does and appends its hash-chained event, in
+    the caller's transaction or its own. None: nothing taken, for whatever reason (nothing
+    waits, at capacity, no pull skill, no worker role); the caller's Python path then says
+    why, in the words every other path uses. Elsewhere (SQLite) always None.
+    """
+    connection = transaction.get_connection()
+    if connection.vendor != "postgresql":
+        return None
+    row = TRANSITIONS["take_next"]
+    now = timezone.now()
+    signal = bool(settings.INBOX_SIGNALS_BUS)
+    with connection.cursor() as cursor:
+        cursor.execute(  # The columns are the model's own names, never input.
+            f"SELECT {_TASK_COLUMNS} FROM inbox_take_next(%s, %s, %s, %s, %s, %s)",  # noqa: S608
+            [worker.pk, skill or None, now, worker.email, json.dumps(worker.email), signal])
+        found = cursor.fetchone()
+    if found is None:
+        return None
+    task = Task.from_db(connection.alias, _TASK_ATTNAMES, [
+        convert(value, None, connection) if convert else value
+        for convert, value in zip(_TASK_CONVERTERS, found, strict=True)])
+    task.assignee = worker
+    if signal:
+        effects.after_commit(task=task, effects=(*row.all_effects, Effect.SIGNAL))
+    changes.info("task %s… %s → %s (%s by %s)", str(task.pk)[:8], row.sources[0],
+                 task.state, row.action, worker.email)
+    return task
+
+
+_TASK_FIELDS = Task._meta.concrete_fields
+_TASK_ATTNAMES = [field.attname for field in _TASK_FIELDS]
+_TASK_COLUMNS = ", ".join(f'"{field.column}"' for field in _TASK_FIELDS)
+# What the ORM does to a column read back (JSON text to Python, on psycopg).
+_TASK_CONVERTERS = [getattr(field, "from_db_value", None) for field in _TASK_FIELDS]
 
 
 def _skills_load(tasks: list[Task]) -> None:

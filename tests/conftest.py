@@ -271,3 +271,13 @@ def private_intake(emulator, settings) -> None:
     settings.INBOX_INTAKE_QUEUE = unique("intake")
     settings.INBOX_INTAKE_DLQ = f"{settings.INBOX_INTAKE_QUEUE}-dlq"
     aws.intake_queues_ensure()
+
+
+@pytest.fixture
+def take_next_in_python(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Take next by the Python path of inbox.services.worker, on PostgreSQL too.
+
+    (On PostgreSQL the database takes in one round trip, inbox.lifecycle.take_next_applied;
+    the Python path is SQLite's, and PostgreSQL's when the database took nothing.)
+    """
+    monkeypatch.setattr("inbox.services.worker.take_next_applied", lambda **kwargs: None)

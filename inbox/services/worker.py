@@ -21,6 +21,7 @@ from inbox.lifecycle import (
     AccessLost,
     IllegalTransition,
     TooLateToUndo,
+    take_next_applied,
     transition,
     undo_seconds,
 )
@@ -49,8 +50,13 @@ def task_take_next(*, worker: User, skill: str | None = None) -> Task:
     """Give the worker the next queued task of their pull queues: highest priority, oldest.
 
     Concurrent takers never get the same task: candidates are locked with
-    SELECT ... FOR UPDATE SKIP LOCKED, so each taker passes over rows another holds.
+    SELECT ... FOR UPDATE SKIP LOCKED, so each taker passes over rows another holds. On
+    PostgreSQL the database applies the take in one round trip (take_next_applied); when
+    it takes nothing, the path below finds out why and says so (or takes what came free).
     """
+    taken = take_next_applied(worker=worker, skill=skill)
+    if taken is not None:
+        return taken
     links = WorkerSkill.objects.filter(worker=worker, skill__dispatch=Dispatch.PULL)
     if skill:
         links = links.filter(skill__slug=skill)

@@ -49,8 +49,12 @@ def test_take_next_respects_capacity(make_task, make_worker):
 
 
 
-def test_take_next_reads_and_locks_its_task_once(make_task, make_worker, transactional_db):
-    """The candidate locked with SKIP LOCKED is the row the transition changes: no re-read."""
+def test_take_next_reads_and_locks_its_task_once(make_task, make_worker, transactional_db,
+                                                take_next_in_python):
+    """The candidate locked with SKIP LOCKED is the row the transition changes: no re-read.
+
+    The Python path (SQLite's, and PostgreSQL's when the database took nothing).
+    """
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 

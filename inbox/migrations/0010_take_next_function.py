@@ -1,0 +1,128 @@
+"""On PostgreSQL, the take_next row of the transition table as one server-side function.
+
+inbox.lifecycle.take_next_applied calls it: one round trip that locks the worker's row,
+weighs their load against their capacity, picks the next queued task of their pull queues
+(highest priority, oldest; SKIP LOCKED; separation of duties), moves it to in progress
+(the row's change: held by the worker, the work clock started), appends its hash-chained
+event (the same SHA-256 of the same JSON as inbox.history.event_hash) and, when a signal
+bus is set, its signal row. tests/inbox/test_take_next_sql.py proves it writes what the
+Python path writes. The literals below are the table's (take_next: queued -> in_progress;
+held: offered, in progress); the same test checks them against inbox.lifecycle.
+SQLite (the embedded default) has no such function: the Python path takes there.
+"""
+
+from django.db import migrations
+
+CREATE = """
+CREATE OR REPLACE FUNCTION inbox_isoformat(p timestamptz) RETURNS text
+LANGUAGE sql STABLE AS $$
+    -- Python's datetime.isoformat() of an aware UTC datetime: no fraction when it is 0.
+    SELECT to_char(p AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS')
+        || CASE WHEN extract(microseconds FROM p AT TIME ZONE 'UTC')::bigint % 1000000 = 0
+                THEN '' ELSE '.' || to_char(p AT TIME ZONE 'UTC', 'US') END
+        || '+00:00'
+$$;
+
+CREATE OR REPLACE FUNCTION inbox_take_next(
+    p_worker bigint, p_skill text, p_now timestamptz, p_label text, p_label_json text,
+    p_signal boolean
+) RETURNS SETOF inbox_task
+LANGUAGE plpgsql AS $$
+DECLARE
+    v_free integer;
+    v_task inbox_task;
+    v_prev text;
+    v_deadline timestamptz;
+    v_hash text;
+    v_event bigint;
+BEGIN
+    -- The worker's row lock queues everything that adds to their load (their own takes,
+    -- an offer, a reassign to them): the capacity weighed below still holds at commit.
+    -- Active, with the worker role (a superuser holds every role): as hold_problem asks.
+    SELECT u.capacity INTO v_free FROM accounts_user u
+     WHERE u.id = p_worker AND u.is_active
+       AND (u.is_superuser OR EXISTS (
+            SELECT 1 FROM accounts_user_groups ug JOIN auth_group g ON g.id = ug.group_id
+             WHERE ug.user_id = u.id AND g.name = 'worker'))
+       FOR UPDATE OF u;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    SELECT v_free - COALESCE(sum(s.weight), 0) INTO v_free
+      FROM inbox_task t JOIN accounts_skill s ON s.id = t.skill_id
+     WHERE t.assignee_id = p_worker AND t.state IN ('offered', 'in_progress');
+
+    -- Each eligible pull queue's head, SKIP LOCKED (a concurrent taker's row is passed
+    -- over, never waited for), through the queue-order index; the best of them is taken.
+    -- The heads not taken stay locked only until this statement's transaction ends.
+    SELECT c.* INTO v_task
+      FROM accounts_workerskill ws
+      JOIN accounts_skill s ON s.id = ws.skill_id
+     CROSS JOIN LATERAL (
+        SELECT t.* FROM inbox_task t
+         WHERE t.skill_id = ws.skill_id AND t.state = 'queued'
+           AND t.min_proficiency <= ws.proficiency
+           AND (t.exclude_workers_of = '[]'::jsonb OR NOT EXISTS (
+                SELECT 1 FROM inbox_task o
+                 WHERE o.execution_arn = t.execution_arn AND o.assignee_id = p_worker
+                   AND o.stage IN (SELECT jsonb_array_elements_text(t.exclude_workers_of))))
+         ORDER BY t.priority DESC, t.created_at
+         LIMIT 1
+           FOR UPDATE OF t SKIP LOCKED) c
+     WHERE ws.worker_id = p_worker AND s.dispatch = 'pull' AND s.weight <= v_free
+       AND (p_skill IS NULL OR s.slug = p_skill)
+     ORDER BY c.priority DESC, c.created_at
+     LIMIT 1;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+
+    v_prev := v_task.chain_head;
+    v_deadline := p_now + make_interval(secs => v_task.work_seconds);
+    -- inbox.history.event_hash: [prev, task, version, action, from, to, actor, reason,
+    -- data, at] as compact JSON with sorted keys; the actor comes JSON-encoded by Python.
+    v_hash := encode(sha256(convert_to(
+        '["' || v_prev || '","' || v_task.id::text || '",' || (v_task.version + 1)::text
+        || ',"take_next","queued","in_progress",' || p_label_json || ',"",'
+        || '{"work_deadline":"' || inbox_isoformat(v_deadline) || '"},"'
+        || inbox_isoformat(p_now) || '"]', 'UTF8')), 'hex');
+    UPDATE inbox_task
+       SET state = 'in_progress', assignee_id = p_worker, offer_deadline = NULL,
+           work_deadline = v_deadline, version = version + 1, chain_head = v_hash
+     WHERE id = v_task.id
+    RETURNING * INTO v_task;
+    INSERT INTO inbox_taskevent (task_id, version, action, from_state, to_state, actor_id,
+                                 actor_label, reason, data, at, prev_hash, hash)
+    VALUES (v_task.id, v_task.version, 'take_next', 'queued', 'in_progress', p_worker,
+            p_label, '', jsonb_build_object('work_deadline', inbox_isoformat(v_deadline)),
+            p_now, v_prev, v_hash)
+    RETURNING id INTO v_event;
+    IF p_signal THEN
+        INSERT INTO inbox_signaloutbox (event_id, task_id, version, attempts,
+                                        next_attempt_at, sent_at, last_error)
+        VALUES (v_event, v_task.id, v_task.version, 0, p_now, NULL, '');
+    END IF;
+    RETURN NEXT v_task;
+END;
+$$;
+"""
+DROP = """
+DROP FUNCTION IF EXISTS inbox_take_next(bigint, text, timestamptz, text, text, boolean);
+DROP FUNCTION IF EXISTS inbox_isoformat(timestamptz);
+"""
+
+
+def _on_postgresql(sql: str):
+    def run(apps, schema_editor) -> None:
+        if schema_editor.connection.vendor == "postgresql":
+            # No parameters: a % in the function body is SQL, not a placeholder.
+            schema_editor.execute(sql, params=None)
+    return run
+
+
+class Migration(migrations.Migration):
+    dependencies = [("inbox", "0009_task_chain_head")]
+
+    operations = [
+        migrations.RunPython(_on_postgresql(CREATE), _on_postgresql(DROP), elidable=False),
+    ]

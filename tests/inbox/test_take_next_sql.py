@@ -1,0 +1,174 @@
+"""Take next in one round trip on PostgreSQL (the function inbox_take_next, migration 0010).
+
+The database applies the table's take_next row itself; these tests prove it writes what the
+Python path writes (SQLite's, and PostgreSQL's when the database took nothing): the same
+task row, the same event, the same hash chain, and honours the same rules.
+"""
+
+import datetime
+import importlib
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from config.errors import Conflict, NotFound
+from inbox import lifecycle
+from inbox.history import event_hash, events_verify
+from inbox.models import HELD_STATES, Task, TaskEvent, TaskState
+from inbox.services.worker import task_take_next
+
+pytestmark = pytest.mark.postgres
+
+FUNCTION = importlib.import_module("inbox.migrations.0010_take_next_function")
+
+
+def _written(task: Task) -> dict:
+    """Return what a take wrote, relative to the taker and the moment of the take."""
+    fresh = Task.objects.get(pk=task.pk)
+    event = TaskEvent.objects.get(task=task, version=fresh.version)
+    return {
+        "task": (fresh.state, fresh.version, fresh.offer_deadline,
+                 fresh.work_deadline - event.at, fresh.chain_head == event.hash),
+        "event": (event.action, event.from_state, event.to_state,
+                  event.actor_id == fresh.assignee_id, event.actor_label == fresh.assignee.email,
+                  event.reason,
+                  event.data == {"work_deadline": fresh.work_deadline.isoformat()}),
+        "chain": events_verify(task=fresh),
+    }
+
+
+def test_the_database_and_python_write_the_same_rows_and_chain(make_task, make_worker, monkeypatch):
+    by_sql, by_python = make_worker({"invoice-review": 3}), make_worker({"invoice-review": 3})
+    make_task(priority=90), make_task(priority=80)
+    with CaptureQueriesContext(connection) as queries:
+        first = task_take_next(worker=by_sql)
+    assert len(queries) == 1, [q["sql"] for q in queries.captured_queries]
+    monkeypatch.setattr("inbox.services.worker.take_next_applied", lambda **kwargs: None)
+    second = task_take_next(worker=by_python)
+    assert (first.priority, second.priority) == (90, 80)
+    assert first.assignee == by_sql and second.assignee == by_python
+    assert _written(first) == _written(second)
+    assert _written(first)["chain"] is None
+    # What the service answers is the row as written.
+    assert (first.state, first.version, first.work_deadline) == (
+        TaskState.IN_PROGRESS, 2, Task.objects.get(pk=first.pk).work_deadline)
+
+
+@pytest.mark.parametrize("email", ["ana@example.com", "zoë.o'brien@exämple.com",
+                                   'quote"back\\slash@example.com'])
+def test_the_event_hash_is_pythons_whatever_the_takers_address(make_task, make_user, email,
+                                                               review_skill):
+    """The actor's label is JSON-encoded as Python encodes it (non-ASCII escaped)."""
+    from accounts.services import worker_skill_set
+
+    worker = make_user(email=email)
+    worker_skill_set(worker=worker, skill=review_skill, proficiency=3)
+    make_task()
+    taken = task_take_next(worker=worker)
+    event = TaskEvent.objects.get(task=taken, version=2)
+    assert event.actor_label == worker.email
+    assert event.hash == event_hash(
+        prev_hash=event.prev_hash, task_id=str(taken.pk), version=2, action="take_next",
+        from_state="queued", to_state="in_progress", actor=worker.email, reason="",
+        data=event.data, at=event.at)
+    assert events_verify(task=taken) is None
+
+
+@pytest.mark.parametrize("moment", [
+    datetime.datetime(2026, 12, 1, 9, 0, 0, tzinfo=datetime.UTC),
+    datetime.datetime(2026, 12, 1, 9, 0, 0, 1, tzinfo=datetime.UTC),
+    datetime.datetime(2026, 12, 31, 23, 59, 59, 999999, tzinfo=datetime.UTC),
+    datetime.datetime(2027, 2, 28, 7, 5, 3, 120000, tzinfo=datetime.UTC),
+])
+def test_the_database_formats_a_moment_as_python_does(db, moment):
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT inbox_isoformat(%s)", [moment])
+        assert cursor.fetchone()[0] == moment.isoformat()
+
+
+def test_a_worker_of_several_queues_gets_the_highest_priority_then_oldest_of_all(
+        make_task, make_worker, approval_skill):
+    worker = make_worker({"invoice-review": 3, "finance-approval": 3})
+    old = make_task(priority=50)
+    urgent = make_task(priority=70, skill="finance-approval")
+    newer = make_task(priority=50, skill="finance-approval")
+    taken = [task_take_next(worker=worker).pk for _ in range(3)]
+    assert taken == [urgent.pk, old.pk, newer.pk]
+    assert lifecycle.take_next_applied(worker=worker) is None
+
+
+def test_only_the_named_queue_and_only_pull_queues(make_task, make_worker, check_skill,
+                                                   approval_skill):
+    worker = make_worker({"invoice-review": 3, "finance-approval": 3, "document-check": 3})
+    pushed = make_task(skill="document-check", priority=99)
+    Task.objects.filter(pk=pushed.pk).update(state=TaskState.QUEUED, assignee=None)
+    review = make_task(priority=10)
+    approval = make_task(priority=60, skill="finance-approval")
+    assert lifecycle.take_next_applied(worker=worker, skill="invoice-review").pk == review.pk
+    assert lifecycle.take_next_applied(worker=worker).pk == approval.pk
+    assert lifecycle.take_next_applied(worker=worker) is None
+    assert Task.objects.get(pk=pushed.pk).state == TaskState.QUEUED
+
+
+def test_proficiency_capacity_and_separation_hold_in_the_database(
+        make_task, make_worker, approval_skill):
+    """Nothing is taken where the Python path would refuse; that path then says why."""
+    novice = make_worker({"invoice-review": 1})
+    make_task(minProficiency=4)
+    assert lifecycle.take_next_applied(worker=novice) is None
+    with pytest.raises(NotFound, match="Nothing is waiting"):
+        task_take_next(worker=novice)
+
+    full = make_worker({"invoice-review": 3})
+    type(full).objects.filter(pk=full.pk).update(capacity=0)
+    full.refresh_from_db()
+    assert lifecycle.take_next_applied(worker=full) is None
+    with pytest.raises(Conflict, match="capacity"):
+        task_take_next(worker=full)
+
+    reviewer = make_worker({"invoice-review": 3, "finance-approval": 3})
+    review = make_task(priority=100)
+    taken = task_take_next(worker=reviewer)
+    assert taken.pk == review.pk
+    approval = make_task(execution=review.execution_arn, stage="approve",
+                         skill="finance-approval", excludeWorkersOf=["review"], priority=100)
+    assert lifecycle.take_next_applied(worker=reviewer, skill="finance-approval") is None
+    other = make_worker({"finance-approval": 3})
+    assert task_take_next(worker=other).pk == approval.pk
+
+
+def test_a_user_without_the_worker_role_takes_nothing_in_the_database(make_task, make_worker):
+    from accounts.roles import Role
+
+    boss = make_worker({"invoice-review": 3}, roles=(Role.SUPERVISOR,))
+    make_task()
+    assert lifecycle.take_next_applied(worker=boss) is None
+
+
+def test_the_function_is_the_tables_take_next_row():
+    """The function's literals are the table's: change the row, and this names the function."""
+    row = lifecycle.TRANSITIONS["take_next"]
+    assert (row.sources, row.target, row.change, row.callback, row.effects) == (
+        (TaskState.QUEUED,), TaskState.IN_PROGRESS, lifecycle._hold, None, ())
+    assert HELD_STATES == [TaskState.OFFERED, TaskState.IN_PROGRESS]
+    assert row.eligible and not row.holder and not row.needs_reason
+    sql = FUNCTION.CREATE
+    assert "t.state = 'queued'" in sql and "SET state = 'in_progress'" in sql
+    assert "t.state IN ('offered', 'in_progress')" in sql
+    assert "'take_next', 'queued', 'in_progress'" in sql
+    assert ',"take_next","queued","in_progress",' in sql
+
+
+def test_a_take_with_a_signal_bus_writes_its_signal_row(make_task, make_worker, settings,
+                                                       django_capture_on_commit_callbacks):
+    from inbox.models import SignalOutbox
+
+    settings.INBOX_SIGNALS_BUS = "inbox-test-bus"
+    worker = make_worker({"invoice-review": 3})
+    make_task()
+    with django_capture_on_commit_callbacks() as callbacks:
+        taken = task_take_next(worker=worker)
+    signal = SignalOutbox.objects.get(task=taken, version=taken.version)
+    assert signal.event == TaskEvent.objects.get(task=taken, version=taken.version)
+    assert len(callbacks) == 1
