@@ -91,6 +91,8 @@ class ApiTokenAuthentication(TokenAuthentication):
 
 
 def _use_note(token: ApiToken, now: datetime.datetime) -> None:
+    if token.last_used_at is not None and token.last_used_at > now - LAST_USED_EVERY:
+        return  # Noted within the minute, as read with the token: no statement at all.
     # Conditional: a client calling many times a second writes the row once a minute, not
     # at every request (and concurrent requests do not queue on its lock).
     ApiToken.objects.filter(pk=token.pk).exclude(

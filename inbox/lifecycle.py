@@ -24,9 +24,10 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import OuterRef, Subquery
 from django.utils import timezone
 
-from accounts.models import Skill, User
+from accounts.models import Skill, User, WorkerSkill
 from config.errors import Conflict, InboxError, NotFound
 from inbox import effects
 from inbox.effects import Effect
@@ -218,30 +219,36 @@ def _lapsed(task: Task, step: Step) -> dict[str, Any]:
 
 
 def passes_write(passes: list[Pass], *, now: datetime.datetime) -> None:
-    """Write the TaskPass rows of changes just applied: at most three statements for all.
+    """Write the TaskPass rows of changes just applied, in one to three statements for all.
 
-    A worker's pass on a task is kept once (the first why stays); a lapse on a task already
-    lapsed for that worker renews its cool-down. Their tasks are locked by the transition's
-    transaction, and passes are only written under that lock: no second writer races these.
+    A worker's pass on a task is kept once (the first why stays): a decline is one INSERT
+    that leaves an existing pass alone. A lapse on a task already lapsed for that worker
+    renews its cool-down. Their tasks are locked by the transition's transaction, and passes
+    are only written under that lock: no second writer races these.
     """
-    if not passes:
+    kept = [one for one in passes if not one.renew_lapsed]
+    if kept:
+        TaskPass.objects.bulk_create([_pass_row(one) for one in kept], ignore_conflicts=True)
+    renewing = {(one.task_id, one.worker_id): one for one in passes if one.renew_lapsed}
+    if not renewing:
         return
-    pairs = {(one.task_id, one.worker_id): one for one in passes}
     existing = {
         (task_id, worker_id): (pk, why)
         for pk, task_id, worker_id, why in TaskPass.objects.filter(
-            task_id__in={task_id for task_id, _ in pairs},
-            worker_id__in={worker_id for _, worker_id in pairs},
+            task_id__in={task_id for task_id, _ in renewing},
+            worker_id__in={worker_id for _, worker_id in renewing},
         ).values_list("pk", "task_id", "worker_id", "why")
-        if (task_id, worker_id) in pairs
+        if (task_id, worker_id) in renewing
     }
-    TaskPass.objects.bulk_create([
-        TaskPass(task_id=one.task_id, worker_id=one.worker_id, why=one.why, reason=one.reason)
-        for key, one in pairs.items() if key not in existing])
-    renewed = [pk for key, (pk, why) in existing.items()
-               if pairs[key].renew_lapsed and why == TaskPass.Why.LAPSED]
+    TaskPass.objects.bulk_create([_pass_row(one) for key, one in renewing.items()
+                                  if key not in existing])
+    renewed = [pk for pk, why in existing.values() if why == TaskPass.Why.LAPSED]
     if renewed:
         TaskPass.objects.filter(pk__in=renewed).update(at=now)
+
+
+def _pass_row(one: Pass) -> TaskPass:
+    return TaskPass(task_id=one.task_id, worker_id=one.worker_id, why=one.why, reason=one.reason)
 
 
 def _extend(clock: str) -> Change:
@@ -467,7 +474,7 @@ def _apply(row: Transition, *, task_id: Any, actor: User | None, system: str,
     # A locked row's transaction is the caller's: an error here rolls all of it back.
     with transaction.atomic(savepoint=locked is None):
         # The row lock serialises racing transitions; the loser re-checks state below.
-        task = locked or Task.objects.select_for_update().filter(pk=task_id).first()
+        task = locked or _locked(row, task_id=task_id, actor=actor)
         if task is None:
             raise NotFound("No such task.")
         if expected_version is not None and task.version != expected_version:
@@ -490,6 +497,23 @@ def _apply(row: Transition, *, task_id: Any, actor: User | None, system: str,
         _after_commit(row, applied, now=step.now)
     # After the block: committed, unless a caller's transaction holds it (then released).
     _log(row, applied)
+    return task
+
+
+def _locked(row: Transition, *, task_id: Any, actor: User | None) -> Task | None:
+    """Read the task FOR UPDATE, with what the answer and the row's checks need, at once.
+
+    Its skill and holder come in the same read (locking only the task's row: of self), and
+    for a worker's row the actor's proficiency in the skill (hold_problem asks it).
+    """
+    tasks = Task.objects.select_for_update(of=("self",)).select_related("skill", "assignee")
+    if row.eligible and actor is not None:
+        tasks = tasks.annotate(actor_proficiency=Subquery(
+            WorkerSkill.objects.filter(worker_id=actor.pk, skill_id=OuterRef("skill_id"))
+            .values("proficiency")[:1]))
+    task = tasks.filter(pk=task_id).first()
+    if task is not None and row.eligible and actor is not None:
+        task.proficiency_of = actor.pk  # Whose proficiency actor_proficiency is.
     return task
 
 
@@ -620,15 +644,15 @@ def take_next_applied(*, worker: User, skill: str | None = None) -> Task | None:
     now = timezone.now()
     signal = bool(settings.INBOX_SIGNALS_BUS)
     with connection.cursor() as cursor:
-        cursor.execute(  # The columns are the model's own names, never input.
-            f"SELECT {_TASK_COLUMNS} FROM inbox_take_next(%s, %s, %s, %s, %s, %s)",  # noqa: S608
+        cursor.execute(  # The columns are the models' own names, never input.
+            f"SELECT {_TAKEN_COLUMNS} FROM inbox_take_next(%s, %s, %s, %s, %s, %s) t "  # noqa: S608
+            "JOIN accounts_skill s ON s.id = t.skill_id",
             [worker.pk, skill or None, now, worker.email, json.dumps(worker.email), signal])
         found = cursor.fetchone()
     if found is None:
         return None
-    task = Task.from_db(connection.alias, _TASK_ATTNAMES, [
-        convert(value, None, connection) if convert else value
-        for convert, value in zip(_TASK_CONVERTERS, found, strict=True)])
+    task = _from_row(Task, found[:len(_TASK_FIELDS)], connection)
+    task.skill = _from_row(Skill, found[len(_TASK_FIELDS):], connection)
     task.assignee = worker
     if signal:
         effects.after_commit(task=task, effects=(*row.all_effects, Effect.SIGNAL))
@@ -638,10 +662,18 @@ def take_next_applied(*, worker: User, skill: str | None = None) -> Task | None:
 
 
 _TASK_FIELDS = Task._meta.concrete_fields
-_TASK_ATTNAMES = [field.attname for field in _TASK_FIELDS]
-_TASK_COLUMNS = ", ".join(f'"{field.column}"' for field in _TASK_FIELDS)
-# What the ORM does to a column read back (JSON text to Python, on psycopg).
-_TASK_CONVERTERS = [getattr(field, "from_db_value", None) for field in _TASK_FIELDS]
+_TAKEN_COLUMNS = ", ".join(
+    [f't."{field.column}"' for field in _TASK_FIELDS]
+    + [f's."{field.column}"' for field in Skill._meta.concrete_fields])
+
+
+def _from_row(model: type, values: tuple[Any, ...], connection: Any) -> Any:
+    """Return the model instance of a row read by hand, its values as the ORM reads them."""
+    fields = model._meta.concrete_fields
+    return model.from_db(connection.alias, [field.attname for field in fields], [
+        # What the ORM does to a column read back (JSON text to Python, on psycopg).
+        field.from_db_value(value, None, connection) if hasattr(field, "from_db_value")
+        else value for field, value in zip(fields, values, strict=True)])
 
 
 def _skills_load(tasks: list[Task]) -> None:

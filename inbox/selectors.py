@@ -163,10 +163,14 @@ def _access_gap(*, user: User, task: Task) -> tuple[str, int | None] | None:
         return "inactive", None
     if Role.WORKER not in user_roles(user=user):
         return "role", None
-    proficiency = (
-        WorkerSkill.objects.filter(worker=user, skill_id=task.skill_id)
-        .values_list("proficiency", flat=True).first()
-    )
+    if getattr(task, "proficiency_of", None) == user.pk:
+        # Read with the task's row, for this user (inbox.lifecycle's locked read).
+        proficiency = task.actor_proficiency
+    else:
+        proficiency = (
+            WorkerSkill.objects.filter(worker=user, skill_id=task.skill_id)
+            .values_list("proficiency", flat=True).first()
+        )
     if proficiency is None:
         return "skill", None
     if proficiency < task.min_proficiency:

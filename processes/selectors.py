@@ -80,12 +80,9 @@ def form_for(*, process_name: str, process_version: int, form_name: str) -> Form
     A deployed version's own forms come first, then the built-in ones; a process that
     is not deployed here (hand-written ASL) can use built-in forms only.
     """
-    row = (
-        ProcessVersion.objects.filter(process__name=process_name, version=process_version)
-        .values_list("spec_sha256", "spec_text").first()
-    )
-    if row is not None:
-        form = _deployed_spec(row[0], row[1]).forms.get(form_name)
+    spec = deployed_spec(process_name=process_name, process_version=process_version)
+    if spec is not None:
+        form = spec.forms.get(form_name)
         if form is not None:
             return form
     return BUILTIN_FORMS.get(form_name)
@@ -97,14 +94,37 @@ def display_for(*, process_name: str, process_version: int, stage: str) -> Displ
     None when the version is not deployed here (hand-written ASL) or the stage declares no
     display: the task page lays the input out by its default (inbox.display).
     """
+    spec = deployed_spec(process_name=process_name, process_version=process_version)
+    if spec is None:
+        return None
+    found = spec.stage(stage)
+    return found.display if isinstance(found, HumanStage) else None
+
+
+# Deployed versions never change (processes.services refuses a changed spec under a version
+# it has), so a version once read is kept for the life of the process: a task's form and
+# display cost no query after the first. A version not deployed (yet) is asked each time.
+_VERSIONS: dict[tuple[str, int], ProcessSpec] = {}
+_VERSIONS_MAX = 1024
+
+
+def deployed_spec(*, process_name: str, process_version: int) -> ProcessSpec | None:
+    """Return the parsed spec of a deployed process version, or None if it is not deployed."""
+    key = (process_name, process_version)
+    spec = _VERSIONS.get(key)
+    if spec is not None:
+        return spec
     row = (
         ProcessVersion.objects.filter(process__name=process_name, version=process_version)
         .values_list("spec_sha256", "spec_text").first()
     )
     if row is None:
         return None
-    found = _deployed_spec(row[0], row[1]).stage(stage)
-    return found.display if isinstance(found, HumanStage) else None
+    spec = _deployed_spec(row[0], row[1])
+    if len(_VERSIONS) >= _VERSIONS_MAX:
+        _VERSIONS.clear()
+    _VERSIONS[key] = spec
+    return spec
 
 
 @functools.lru_cache(maxsize=256)

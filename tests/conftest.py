@@ -281,3 +281,17 @@ def take_next_in_python(monkeypatch: pytest.MonkeyPatch) -> None:
     the Python path is SQLite's, and PostgreSQL's when the database took nothing.)
     """
     monkeypatch.setattr("inbox.services.worker.take_next_applied", lambda **kwargs: None)
+
+
+@pytest.fixture(autouse=True)
+def deployed_specs_forgotten() -> Iterator[None]:
+    """Each test deploys its own versions: forget what an earlier test's versions were.
+
+    (processes.selectors keeps each deployed version once read: in production a version
+    never changes; across tests the same name and version is deployed afresh.)
+    """
+    from processes import selectors
+
+    selectors._VERSIONS.clear()
+    yield
+    selectors._VERSIONS.clear()

@@ -1,0 +1,102 @@
+"""What a hot request costs the database: its statements, counted.
+
+Take next and a decision over the REST API do no work their answer does not need: the
+token's row (its last use is written at most once a minute), the user's roles, the task
+read once for permission and once under its lock (its skill, holder and the actor's
+proficiency in the same read), the change, and the history the answer shows. On
+PostgreSQL take next is one round trip (inbox_take_next). The process version's form is
+read once per process (deployed versions never change).
+"""
+
+from pathlib import Path
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from inbox.models import TaskState
+from inbox.services.worker import task_accept, task_decline, task_release, task_take_next
+from processes.services import process_deploy
+
+SPECS = Path(__file__).resolve().parents[2] / "processes" / "specs"
+
+
+@pytest.fixture
+def deployed(emulator, review_skill, approval_skill):
+    """The demo invoice process deployed: its tasks' form comes from its spec."""
+    process_deploy(text=(SPECS / "invoice-approval.yaml").read_text(), source="invoice")
+
+
+def _statements(queries: CaptureQueriesContext) -> list[str]:
+    """The statements sent, without the test's own transaction markers (savepoints)."""
+    return [q["sql"] for q in queries.captured_queries
+            if not q["sql"].startswith(("SAVEPOINT", "RELEASE SAVEPOINT"))]
+
+
+def _warm(client, make_task) -> None:
+    """One take and release first: the process's spec read, the token's use noted."""
+    make_task()
+    taken = client.post("/api/inbox/tasks/next/", {}, format="json").json()
+    client.post(f"/api/inbox/tasks/{taken['id']}/release/", {}, format="json")
+
+
+@pytest.mark.postgres
+def test_take_next_over_the_api_is_three_statements(deployed, api_client, make_task,
+                                                     make_worker):
+    worker = make_worker({"invoice-review": 3})
+    client = api_client(worker, scope="work")
+    _warm(client, make_task)
+    with CaptureQueriesContext(connection) as queries:
+        response = client.post("/api/inbox/tasks/next/", {}, format="json")
+    assert response.status_code == 200
+    assert response.json()["state"] == TaskState.IN_PROGRESS
+    statements = _statements(queries)
+    assert len(statements) == 3, statements
+    assert "inbox_take_next" in statements[1] and "inbox_taskevent" in statements[2]
+
+
+def test_complete_over_the_api_reads_its_task_twice_and_writes_three_rows(
+        deployed, api_client, make_task, make_worker):
+    worker = make_worker({"invoice-review": 3})
+    client = api_client(worker, scope="work")
+    _warm(client, make_task)
+    task = client.post("/api/inbox/tasks/next/", {}, format="json").json()
+    with CaptureQueriesContext(connection) as queries:
+        response = client.post(f"/api/inbox/tasks/{task['id']}/complete/",
+                               {"answer": {"decision": "approve"}, "version": task["version"]},
+                               format="json")
+    assert response.status_code == 200, response.json()
+    assert response.json()["state"] == TaskState.COMPLETING
+    assert [e["action"] for e in response.json()["history"]][-1] == "complete"
+    statements = _statements(queries)
+    # token, roles, the task (permission), the task FOR UPDATE, its UPDATE, the event,
+    # the outbox row, the history of the answer.
+    assert len(statements) == 8, statements
+    assert sum('FROM "inbox_task"' in sql for sql in statements) == 2
+
+
+@pytest.mark.parametrize("action", ["accept", "decline", "release"])
+def test_a_workers_transition_is_three_statements(action, make_task, make_worker, check_skill):
+    """Lock and read (with the actor's proficiency), update, event; a decline's pass: one."""
+    from inbox.services.dispatcher import task_dispatch
+
+    worker = make_worker({"document-check": 3, "invoice-review": 3})
+    if action == "release":
+        make_task()
+        task = task_take_next(worker=worker)
+    else:
+        task = make_task(skill="document-check")
+        task_dispatch(task_id=task.pk)
+    service = {"accept": task_accept, "decline": task_decline, "release": task_release}[action]
+    arguments = {"reason": "Not mine."} if action == "decline" else {}
+    task.refresh_from_db()
+    assert task.assignee == worker
+    from inbox.selectors import access_task
+
+    access_task(user=worker, task_id=task.pk)  # the roles read, remembered on the user
+    with CaptureQueriesContext(connection) as queries:
+        service(worker=worker, task_id=task.pk, **arguments)
+    statements = _statements(queries)
+    # access_task's read, then the transition's: lock, update, event (+ the pass).
+    expected = 1 + 3 + (1 if action == "decline" else 0)
+    assert len(statements) == expected, statements
