@@ -286,7 +286,8 @@ def my_tasks(*, user: User) -> QuerySet[Task]:
     """Return the tasks the user holds or is offered, oldest deadline first."""
     return (
         Task.objects.filter(assignee=user, state__in=HELD_STATES)
-        .select_related("skill").order_by("work_deadline", "offer_deadline", "created_at")
+        .select_related("skill", "assignee")
+        .order_by("work_deadline", "offer_deadline", "created_at")
     )
 
 

@@ -104,3 +104,28 @@ def test_session_posts_need_csrf(make_task, make_worker):
     browser = Client(enforce_csrf_checks=True)
     browser.force_login(worker)
     assert browser.post("/api/inbox/tasks/next/").status_code == 403
+
+
+def test_the_answers_plain_dicts_are_what_the_serializers_describe(make_task, make_worker):
+    """The API answers task_data/task_detail_data; the schema's serializers say the same."""
+    import json
+
+    from rest_framework.renderers import JSONRenderer
+
+    from inbox.api import TaskDetailSerializer, TaskSerializer, task_data, task_detail_data
+    from inbox.services.worker import task_complete, task_release, task_take_next
+
+    worker = make_worker({"invoice-review": 3})
+    queued = make_task(input={"z": 1, "a": {"nested": [1, 2]}, "m": "ü"})
+    make_task()
+    held = task_take_next(worker=worker)
+    released = task_release(worker=worker, task_id=held.pk, reason="later")
+    taken = task_take_next(worker=worker)
+    done = task_complete(worker=worker, task_id=taken.pk, answer={"decision": "approve"})
+    for task in (queued, released, taken, done):
+        task.refresh_from_db()
+        sent = JSONRenderer().render  # what a client receives of each
+        assert sent(task_detail_data(task)) == sent(TaskDetailSerializer(task).data)
+        assert sent(task_data(task)) == sent(TaskSerializer(task).data)
+        assert json.loads(sent(task_data(task)))["clocks"]["entered_at"].endswith("Z")
+    assert list(task_detail_data(queued)["input"]) == ["z", "a", "m"]
