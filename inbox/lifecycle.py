@@ -586,7 +586,7 @@ def transitions_apply(*, action: str, tasks: list[Task], system: str = "",
         passes += step.passes
     if done:
         fields = sorted({name for one in done for name in one.fields})
-        Task.objects.bulk_update([one.task for one in done], fields)
+        _tasks_update([one.task for one in done], fields)
         TaskEvent.objects.bulk_create([one.event for one in done])
         passes_write(passes, now=now)
         Outbox.objects.bulk_create([one.outbox for one in done if one.outbox is not None])
@@ -600,6 +600,32 @@ def transitions_apply(*, action: str, tasks: list[Task], system: str = "",
         if signal:
             effects.after_commit(task=done[0].task, effects=signal)
     return Batch(applied=[one.task for one in done], refused=refused)
+
+
+def _tasks_update(tasks: list[Task], fields: list[str]) -> None:
+    """Write fields of every task (as in memory) in one UPDATE.
+
+    On PostgreSQL from one array per column (UPDATE ... FROM unnest(...)): bulk_update's
+    CASE WHEN per task and column costs more to build than the statement costs to run (60%
+    of a backlog sweep's time). Elsewhere bulk_update.
+    """
+    connection = transaction.get_connection()
+    if connection.vendor != "postgresql":
+        Task.objects.bulk_update(tasks, fields)
+        return
+    quote = connection.ops.quote_name
+    columns = [Task._meta.pk, *(Task._meta.get_field(name) for name in fields)]
+    names = [quote(column.column) for column in columns]
+    arrays = ", ".join(f"%s::{column.cast_db_type(connection)}[]" for column in columns)
+    sets = ", ".join(f"{name} = v.{name}" for name in names[1:])
+    # Only the model's own names are formatted in; every value is a parameter.
+    sql = (f"UPDATE {quote(Task._meta.db_table)} t SET {sets} FROM unnest({arrays}) "  # noqa: S608
+           f"AS v({', '.join(names)}) WHERE t.{names[0]} = v.{names[0]}")
+    with connection.cursor() as cursor:
+        cursor.execute(
+            sql,
+            [[column.get_db_prep_save(getattr(task, column.attname), connection)
+              for task in tasks] for column in columns])
 
 
 def _skills_load(tasks: list[Task]) -> None:
