@@ -531,10 +531,9 @@ def _change(row: Transition, *, task: Task, step: Step, system: str) -> _Applied
                     fields=_changed(task, before), event=event, outbox=outbox, wait=wait)
 
 
-def _after_commit(row: Transition, applied: _Applied, *, now: datetime.datetime,
-                  signals: bool = True) -> None:
+def _after_commit(row: Transition, applied: _Applied, *, now: datetime.datetime) -> None:
     """Hand the row's effects on one applied change to inbox.effects (signal rows first)."""
-    signal = _signal(applied.event, now) if signals else ()
+    signal = _signal(applied.event, now)
     effects.after_commit(task=applied.task, effects=row.all_effects + signal,
                          outbox_id=applied.outbox.pk if applied.outbox is not None else None,
                          callback_delay=applied.wait)
@@ -592,8 +591,10 @@ def transitions_apply(*, action: str, tasks: list[Task], system: str = "",
         Outbox.objects.bulk_create([one.outbox for one in done if one.outbox is not None])
         if Effect.DISPATCH in row.effects:
             _skills_load([one.task for one in done])
+        effects.after_commit_many(
+            (one.task, row.all_effects, one.outbox.pk if one.outbox is not None else None,
+             one.wait) for one in done)
         for one in done:
-            _after_commit(row, one, now=now, signals=False)
             _log(row, one)
         # One relay for the batch's signals: it sends whatever is due.
         signal = _signals_write([one.event for one in done], now=now)

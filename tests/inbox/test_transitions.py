@@ -341,3 +341,30 @@ def test_a_batch_writes_each_task_its_own_values(make_task, people):
             f"Version {was.version}.")
         assert events_verify(task=now) is None
     assert sorted(was.version for was in before.values()) == [1, 2, 3]
+
+
+def test_a_batch_enqueues_over_one_connection_and_one_failed_enqueue_stops_no_other(
+    make_task, monkeypatch, caplog, django_capture_on_commit_callbacks
+):
+    """One on-commit hook for the batch's messages, one broker connection for them all; a
+    message the broker refuses (patched: the broker is up here) is logged, the rest go."""
+    tasks = [make_task() for _ in range(3)]
+    seen: list[tuple] = []
+
+    def enqueue(name, *arguments):
+        seen.append((name, arguments, effects._producer.get()))
+        if len(seen) == 1:
+            raise OSError("the broker went away")
+
+    monkeypatch.setattr(effects, "enqueue", enqueue)
+    with django_capture_on_commit_callbacks(execute=True) as hooks:
+        effects.after_commit_many(
+            (task, (effects.Effect.NOTIFY_ESCALATED,), None, 0) for task in tasks)
+    assert len(hooks) == 1
+    assert [(name, arguments) for name, arguments, _ in seen] == [
+        ("inbox.tasks.notify_task", ("escalated", str(task.pk))) for task in tasks]
+    producers = {id(producer) for _, _, producer in seen}
+    assert len(producers) == 1 and seen[0][2] is not None
+    assert [record.getMessage() for record in caplog.records if record.levelname == "ERROR"
+            ] == [f"Enqueueing inbox.tasks.notify_task('escalated', '{tasks[0].pk}') failed"]
+    assert effects._producer.get() is None
