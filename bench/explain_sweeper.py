@@ -60,8 +60,7 @@ def main() -> None:
     old = setup_databases(verbosity=0, interactive=False)
     try:
         from accounts.models import Skill, User
-        from inbox.models import Task
-        from inbox.services.clock import clock_queries
+        from inbox.services.clock import clocks, due_locked
 
         skill = Skill.objects.create(slug="bench", name="Bench")
         worker = User.objects.create_user(email="bench@example.com", password=None)
@@ -73,10 +72,9 @@ def main() -> None:
         print(f"{args.tasks:,} tasks ({args.due:,} overall deadlines due) seeded in "
               f"{time.perf_counter() - started:.1f} s on {settings.DATABASES['default']['NAME']}")
         now = timezone.now()
-        for clock, due, column, _handler in clock_queries(now):
-            query = (Task.objects.select_for_update(skip_locked=True).filter(due)
-                     .order_by(column).values_list("pk", "version")[:200])
-            print(f"\n--- {clock} clock")
+        for clock in clocks(now):
+            query = due_locked(clock, batch=200)
+            print(f"\n--- {clock.name} clock")
             with transaction.atomic(), connection.cursor() as cursor:
                 sql, params = query.query.sql_with_params()
                 cursor.execute(f"EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) {sql}", params)

@@ -556,10 +556,9 @@ def _change(row: Transition, *, task: Task, step: Step, system: str) -> _Applied
                     fields=_changed(task, before), event=event, outbox=outbox, wait=wait)
 
 
-def _after_commit(row: Transition, applied: _Applied, *, now: datetime.datetime,
-                  signals: bool = True) -> None:
+def _after_commit(row: Transition, applied: _Applied, *, now: datetime.datetime) -> None:
     """Hand the row's effects on one applied change to inbox.effects (signal rows first)."""
-    signal = _signal(applied.event, now) if signals else ()
+    signal = _signal(applied.event, now)
     effects.after_commit(task=applied.task, effects=row.all_effects + signal,
                          outbox_id=applied.outbox.pk if applied.outbox is not None else None,
                          callback_delay=applied.wait)
@@ -611,14 +610,16 @@ def transitions_apply(*, action: str, tasks: list[Task], system: str = "",
         passes += step.passes
     if done:
         fields = sorted({name for one in done for name in one.fields})
-        Task.objects.bulk_update([one.task for one in done], fields)
+        _tasks_update([one.task for one in done], fields)
         TaskEvent.objects.bulk_create([one.event for one in done])
         passes_write(passes, now=now)
         Outbox.objects.bulk_create([one.outbox for one in done if one.outbox is not None])
         if Effect.DISPATCH in row.effects:
             _skills_load([one.task for one in done])
+        effects.after_commit_many(
+            (one.task, row.all_effects, one.outbox.pk if one.outbox is not None else None,
+             one.wait) for one in done)
         for one in done:
-            _after_commit(row, one, now=now, signals=False)
             _log(row, one)
         # One relay for the batch's signals: it sends whatever is due.
         signal = _signals_write([one.event for one in done], now=now)
@@ -674,6 +675,32 @@ def _from_row(model: type, values: tuple[Any, ...], connection: Any) -> Any:
         # What the ORM does to a column read back (JSON text to Python, on psycopg).
         field.from_db_value(value, None, connection) if hasattr(field, "from_db_value")
         else value for field, value in zip(fields, values, strict=True)])
+
+
+def _tasks_update(tasks: list[Task], fields: list[str]) -> None:
+    """Write fields of every task (as in memory) in one UPDATE.
+
+    On PostgreSQL from one array per column (UPDATE ... FROM unnest(...)): bulk_update's
+    CASE WHEN per task and column costs more to build than the statement costs to run (60%
+    of a backlog sweep's time). Elsewhere bulk_update.
+    """
+    connection = transaction.get_connection()
+    if connection.vendor != "postgresql":
+        Task.objects.bulk_update(tasks, fields)
+        return
+    quote = connection.ops.quote_name
+    columns = [Task._meta.pk, *(Task._meta.get_field(name) for name in fields)]
+    names = [quote(column.column) for column in columns]
+    arrays = ", ".join(f"%s::{column.cast_db_type(connection)}[]" for column in columns)
+    sets = ", ".join(f"{name} = v.{name}" for name in names[1:])
+    # Only the model's own names are formatted in; every value is a parameter.
+    sql = (f"UPDATE {quote(Task._meta.db_table)} t SET {sets} FROM unnest({arrays}) "  # noqa: S608
+           f"AS v({', '.join(names)}) WHERE t.{names[0]} = v.{names[0]}")
+    with connection.cursor() as cursor:
+        cursor.execute(
+            sql,
+            [[column.get_db_prep_save(getattr(task, column.attname), connection)
+              for task in tasks] for column in columns])
 
 
 def _skills_load(tasks: list[Task]) -> None:

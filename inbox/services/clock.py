@@ -1,26 +1,29 @@
 """The clocks: the sweeper that applies timeouts, heartbeats, and upstream checks.
 
 Deadlines are indexed columns (partial indexes hold only running clocks), so a sweep
-costs what is due, not what is stored. Due rows are claimed with
-SELECT ... FOR UPDATE SKIP LOCKED in bounded batches, and each handler is a transition
-conditioned on the state and version seen: two sweepers at once, or one run twice,
-apply each timeout once. Celery beat runs the sweep every few seconds; it is the
-guarantee, whatever else (countdowns) may shorten the wait.
+costs what is due, not what is stored. Each clock's due rows are locked with
+SELECT ... FOR UPDATE SKIP LOCKED in bounded batches and changed together by one
+inbox.lifecycle.transitions_apply per action, a fixed number of statements whatever the
+batch holds: two sweepers at once, or one run twice, apply each timeout once. A batch that
+fails is applied again one task at a time, so one broken task holds back only itself.
+Celery beat runs the sweep every few seconds; it is the guarantee, whatever else
+(countdowns) may shorten the wait.
 """
 
 import datetime
 import functools
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import F, Min, Q
+from django.db.models import F, Min, Q, QuerySet
 from django.utils import timezone
 
 from config.errors import Conflict, ExternalServiceError
-from inbox.lifecycle import transition
+from inbox.lifecycle import transition, transitions_apply
 from inbox.models import CLOSED_STATES, OPEN_STATES, Task, TaskEvent, TaskState
 from inbox.ratelimit import SENDTASK, rate_take
 from inbox.selectors import open_tasks_of_execution
@@ -34,26 +37,28 @@ BATCH = 200
 ESCALATE = "escalate"
 
 
-# What happens when a clock runs out: each is conditioned on the state and version the
-# sweeper saw, so a task that changed meanwhile (accepted at the last moment, or handled
-# by another sweeper) is left alone: a handler run twice, or from two processes at once,
-# applies a timeout once.
+# What happens when a clock runs out. The sweeper applies each clock's due rows in batches
+# (below); these one-task handlers are its fallback for a batch that failed, each
+# conditioned on the state and version the sweeper saw, so a task that changed meanwhile
+# (accepted at the last moment, or handled by another sweeper) is left alone: a handler run
+# twice, or from two processes at once, applies a timeout once.
+
+LAPSED = "Nobody accepted the offer in time; it goes to the next worker."
+WORK_RAN_OUT = "The work clock ran out before the task was finished; it is back in the queue."
+ESCALATED = "The overall clock ran out; the supervisors have the escalation clock to act."
+ESCALATION_RAN_OUT = "The escalation clock ran out before the escalated task was finished."
 
 
 def offer_lapse(*, task_id: Any, version: int) -> Task:
     """Withdraw an offer nobody answered; its worker is not offered the task again soon."""
-    return transition(
-        task_id=task_id, action="offer_timeout", expected_version=version,
-        reason="Nobody accepted the offer in time; it goes to the next worker.",
-    )
+    return transition(task_id=task_id, action="offer_timeout", expected_version=version,
+                      reason=LAPSED)
 
 
 def work_timeout(*, task_id: Any, version: int) -> Task:
     """Take a task back from a worker who held it past its work clock."""
-    return transition(
-        task_id=task_id, action="work_timeout", expected_version=version,
-        reason="The work clock ran out before the task was finished; it is back in the queue.",
-    )
+    return transition(task_id=task_id, action="work_timeout", expected_version=version,
+                      reason=WORK_RAN_OUT)
 
 
 def overall_timeout(*, task_id: Any, version: int,
@@ -67,58 +72,134 @@ def overall_timeout(*, task_id: Any, version: int,
     # the escalation clock runs out, is aborted, not escalated again.
     escalated = TaskEvent.objects.filter(task_id=task_id, action=ESCALATE).exists()
     if task.on_timeout == "escalate" and not escalated:
-        return transition(
-            task_id=task_id, action=ESCALATE, expected_version=version,
-            reason="The overall clock ran out; the supervisors have the escalation clock "
-                   "to act.",
-            since=now or timezone.now(),
-        )
-    reason = (
-        "The escalation clock ran out before the escalated task was finished." if escalated
-        else f"The overall clock ran out ({_duration(task)})."
-    )
+        return transition(task_id=task_id, action=ESCALATE, expected_version=version,
+                          reason=ESCALATED, since=now or timezone.now())
     return transition(task_id=task_id, action="overall_timeout", expected_version=version,
-                      reason=reason)
+                      reason=_abort_reason(task, escalated=escalated))
 
 
-def clock_queries(now: datetime.datetime) -> list[tuple[str, Q, str, Callable[..., Task]]]:
-    """Return, per clock: its name, the due filter, the deadline column and the handler."""
-    return [
-        ("offer", Q(state=TaskState.OFFERED, offer_deadline__lte=now), "offer_deadline",
-         offer_lapse),
-        ("work", Q(state=TaskState.IN_PROGRESS, work_deadline__lte=now), "work_deadline",
-         work_timeout),
+def _abort_reason(task: Task, *, escalated: bool) -> str:
+    if escalated:
+        return ESCALATION_RAN_OUT
+    return f"The overall clock ran out ({_duration(task)})."
+
+
+# The same, for a batch of due rows the sweeper's transaction locked: one transitions_apply
+# per action, each returning how many it applied. A refused row changed since it was read
+# (it is not due now) and is left alone, as the one-task handlers' Conflict is.
+
+
+def offer_lapses(tasks: list[Task], *, now: datetime.datetime) -> int:
+    return len(transitions_apply(action="offer_timeout", tasks=tasks, reason=LAPSED).applied)
+
+
+def work_timeouts(tasks: list[Task], *, now: datetime.datetime) -> int:
+    return len(transitions_apply(action="work_timeout", tasks=tasks,
+                                 reason=WORK_RAN_OUT).applied)
+
+
+def overall_timeouts(tasks: list[Task], *, now: datetime.datetime) -> int:
+    """Escalate the tasks whose policy says so and that never escalated; abort the others."""
+    # One query for the batch; the rows are locked, so no escalation is written meanwhile.
+    escalated = set(TaskEvent.objects.filter(task_id__in=[task.pk for task in tasks],
+                                             action=ESCALATE).values_list("task_id", flat=True))
+    escalating = [task for task in tasks
+                  if task.on_timeout == "escalate" and task.pk not in escalated]
+    chosen = {task.pk for task in escalating}
+    aborting = [task for task in tasks if task.pk not in chosen]
+    applied = 0
+    if escalating:
         # The escalation clock starts at this sweep's now, not at whatever time it is then.
-        ("overall", Q(state__in=OPEN_STATES, overall_deadline__lte=now), "overall_deadline",
-         functools.partial(overall_timeout, now=now)),
+        applied += len(transitions_apply(action=ESCALATE, tasks=escalating, reason=ESCALATED,
+                                         since=now).applied)
+    if aborting:
+        applied += len(transitions_apply(
+            action="overall_timeout", tasks=aborting,
+            reason=lambda task: _abort_reason(task, escalated=task.pk in escalated)).applied)
+    return applied
+
+
+@dataclass(frozen=True)
+class Clock:
+    """One clock: its name, its due filter, its deadline column and what applies it."""
+
+    name: str
+    due: Q
+    column: str
+    batch_apply: Callable[..., int]
+    one_apply: Callable[..., Task]
+
+
+def clocks(now: datetime.datetime) -> list[Clock]:
+    """Return the clocks, each with its rows due at now."""
+    return [
+        Clock("offer", Q(state=TaskState.OFFERED, offer_deadline__lte=now), "offer_deadline",
+              offer_lapses, offer_lapse),
+        Clock("work", Q(state=TaskState.IN_PROGRESS, work_deadline__lte=now), "work_deadline",
+              work_timeouts, work_timeout),
+        Clock("overall", Q(state__in=OPEN_STATES, overall_deadline__lte=now),
+              "overall_deadline", overall_timeouts,
+              functools.partial(overall_timeout, now=now)),
     ]
 
 
-def deadlines_sweep(*, batch: int = BATCH, now: datetime.datetime | None = None
+# Read by no timeout (nor written): left out of the rows the sweeper locks and reads.
+UNREAD = ("input", "input_order", "token_ciphertext")
+
+
+def due_locked(clock: Clock, *, batch: int) -> QuerySet[Task]:
+    """Return the query that locks a clock's due rows, earliest deadline first, at most batch.
+
+    Whole rows but the big columns no timeout touches, with their skill (dispatch asks
+    whether its queue pushes).
+    """
+    # SKIP LOCKED: a second sweeper takes other due rows instead of waiting for these.
+    # of=self: the skills joined in stay unlocked; locked, a second sweeper would skip
+    # every due task of a skill the first holds.
+    return (Task.objects.select_for_update(skip_locked=True, of=("self",))
+            .select_related("skill").defer(*UNREAD).filter(clock.due)
+            .order_by(clock.column)[:batch])
+
+
+def deadlines_sweep(*, batch: int | None = None, now: datetime.datetime | None = None
                     ) -> dict[str, int]:
-    """Apply every due timeout, at most batch per clock; return how many per clock."""
+    """Apply every due timeout, at most batch (BATCH) per clock; return how many per clock."""
+    batch = batch or BATCH
     now = now or timezone.now()
     handled: dict[str, int] = {"failed": 0}
-    for clock, due, column, handler in clock_queries(now):
-        handled[clock] = 0
-        with transaction.atomic():
-            # SKIP LOCKED: a second sweeper takes other due rows instead of waiting for these.
-            rows = list(
-                Task.objects.select_for_update(skip_locked=True).filter(due)
-                .order_by(column).values_list("pk", "version")[:batch]
-            )
-            for task_id, version in rows:
-                try:
-                    handler(task_id=task_id, version=version)
-                    handled[clock] += 1
-                except Conflict:
-                    continue  # Changed since it was read (accepted, finished): not due now.
-                except Exception:
-                    # One broken task must not hold back every other deadline; it stays due,
-                    # is retried on the next sweep, and is logged loudly each time.
-                    handled["failed"] += 1
-                    logger.exception("The %s timeout of task %s failed", clock, task_id)
+    for clock in clocks(now):
+        try:
+            with transaction.atomic():
+                handled[clock.name] = clock.batch_apply(list(due_locked(clock, batch=batch)),
+                                                        now=now)
+        except Exception:
+            # One broken task must not hold back every other deadline: the batch rolled
+            # back (its effects with it), and its rows are applied one at a time instead.
+            logger.exception("A batch of %s timeouts failed; applying them one at a time",
+                             clock.name)
+            handled[clock.name], failed = _one_at_a_time(clock, batch=batch)
+            handled["failed"] += failed
     return handled
+
+
+def _one_at_a_time(clock: Clock, *, batch: int) -> tuple[int, int]:
+    """Apply a clock's due rows each in its own transition; return (applied, failed)."""
+    applied = failed = 0
+    with transaction.atomic():
+        # SKIP LOCKED: a second sweeper takes other due rows instead of waiting for these.
+        rows = list(Task.objects.select_for_update(skip_locked=True).filter(clock.due)
+                    .order_by(clock.column).values_list("pk", "version")[:batch])
+        for task_id, version in rows:
+            try:
+                clock.one_apply(task_id=task_id, version=version)
+                applied += 1
+            except Conflict:
+                continue  # Changed since it was read (accepted, finished): not due now.
+            except Exception:
+                # It stays due, is retried on the next sweep, and is logged loudly each time.
+                failed += 1
+                logger.exception("The %s timeout of task %s failed", clock.name, task_id)
+    return applied, failed
 
 
 def next_deadline() -> datetime.datetime | None:

@@ -25,6 +25,7 @@ from accounts.roles import Role
 from accounts.services import worker_set_availability, worker_set_capacity
 from config.errors import Conflict, NotFound
 from inbox.board import supervised_tasks
+from inbox.history import events_verify
 from inbox.lifecycle import StaleVersion, transition
 from inbox.models import Outbox, OutboxKind, Task, TaskEvent, TaskPass, TaskState
 from inbox.notifications import notify
@@ -304,6 +305,186 @@ def test_a_timeout_for_a_version_that_has_moved_on_changes_nothing(make_task, ma
         overall_timeout(task_id=task.pk, version=seen)
     assert _fresh(task).state == TaskState.IN_PROGRESS
     assert not Outbox.objects.exists()
+
+
+# Sweeping in batches -----------------------------------------------------------------------
+
+
+# Waiting tasks whose overall clock (20 min) runs out before the others' (a day).
+WAITING = {"timeouts": {"offer": 300, "work": 1800, "overall": 1200}}
+WAITING_ESCALATING = {"onTimeout": "escalate",
+                      "timeouts": {"offer": 300, "work": 1800, "overall": 1200,
+                                   "escalation": 7200}}
+
+
+def _due_on_each_clock(count: int, *, make_task, worker) -> dict[str, list[Task]]:
+    """count tasks due on each clock an hour from now, and no other clock of theirs:
+    offers, held tasks, waiting tasks (a third escalate by policy), through the services."""
+    offered = [task_dispatch(task_id=make_task(skill="document-check").pk)
+               for _ in range(count)]
+    for _ in range(count):
+        make_task()
+    taken = [task_take_next(worker=worker) for _ in range(count)]
+    waiting = [make_task(**(WAITING_ESCALATING if number % 3 == 0 else WAITING))
+               for number in range(count)]
+    assert {task.state for task in offered} == {TaskState.OFFERED}
+    return {"offer": offered, "work": taken, "overall": waiting}
+
+
+@pytest.fixture
+def sweep_worker(make_worker, check_skill):
+    """A worker of both skills with room to hold every task these tests take."""
+    worker = make_worker({"invoice-review": 3, "document-check": 3})
+    worker_set_capacity(worker=worker, capacity=100)
+    return worker
+
+
+def _timeouts_per_task() -> Counter:
+    return Counter(TaskEvent.objects.filter(
+        action__in=["offer_timeout", "work_timeout", "overall_timeout", "escalate"])
+        .values_list("task_id", flat=True))
+
+
+def test_a_backlog_over_the_batch_is_swept_in_batches_each_deadline_once(
+    make_task, sweep_worker
+):
+    """Seven due per clock, three per sweep: three sweeps handle each once, chains intact."""
+    due = _due_on_each_clock(7, make_task=make_task, worker=sweep_worker)
+    now = timezone.now() + _seconds(hours=1)
+
+    results = [deadlines_sweep(batch=3, now=now) for _ in range(4)]
+
+    assert results == [{"failed": 0, "offer": 3, "work": 3, "overall": 3}] * 2 + [
+        {"failed": 0, "offer": 1, "work": 1, "overall": 1},
+        {"failed": 0, "offer": 0, "work": 0, "overall": 0}]
+    every = [task for tasks in due.values() for task in tasks]
+    assert _timeouts_per_task() == {task.pk: 1 for task in every}
+    for task in every:
+        assert events_verify(task=task) is None
+    assert [_fresh(task).state for task in due["offer"] + due["work"]] == [TaskState.QUEUED] * 14
+    assert Counter(_fresh(task).state for task in due["overall"]) == {
+        TaskState.ESCALATED: 3, TaskState.ABORTING: 4}
+    assert Outbox.objects.count() == 4
+    escalated = next(task for task in due["overall"] if task.state == TaskState.ESCALATED)
+    assert _last_event(escalated).reason == (
+        "The overall clock ran out; the supervisors have the escalation clock to act.")
+    assert escalated.overall_deadline == now + _seconds(seconds=7200)
+    aborted = next(task for task in due["overall"] if task.state == TaskState.ABORTING)
+    assert _last_event(aborted).reason == "The overall clock ran out (20 min)."
+    lapsed = due["offer"][0]
+    assert TaskPass.objects.filter(task=lapsed, why=TaskPass.Why.LAPSED).count() == 1
+
+
+def test_the_statements_of_a_sweep_do_not_grow_with_the_rows_due(make_task, sweep_worker):
+    """Five due per clock or fifty: the sweep sends the same number of statements."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    counts = []
+    for count in (5, 50):
+        # The first round's tasks, queued again or escalated, are not due in the second.
+        _due_on_each_clock(count, make_task=make_task, worker=sweep_worker)
+        with CaptureQueriesContext(connection) as queries:
+            result = deadlines_sweep(now=timezone.now() + _seconds(hours=1))
+        assert result == {"failed": 0, "offer": count, "work": count, "overall": count}
+        counts.append(len(queries))
+    assert counts[0] == counts[1], counts
+
+
+def test_the_effects_of_a_batch_run_after_commit_one_per_task(
+    make_task, sweep_worker, monkeypatch, django_capture_on_commit_callbacks
+):
+    """Each abort sends its own outbox row, each lapse in a push queue is offered again,
+    each escalation mails the supervisors; a pull queue's task waits for a take."""
+    from inbox import effects
+
+    sent: list[tuple] = []
+    monkeypatch.setattr(effects, "enqueue", lambda name, *arguments: sent.append((name,
+                                                                                   arguments)))
+    due = _due_on_each_clock(3, make_task=make_task, worker=sweep_worker)
+    sent.clear()
+    with django_capture_on_commit_callbacks(execute=True):
+        deadlines_sweep(now=timezone.now() + _seconds(hours=1))
+    outbox = set(Outbox.objects.values_list("pk", flat=True))
+    assert Counter(name for name, _ in sent) == {
+        "inbox.tasks.dispatch_task": 3, "inbox.tasks.callback_send_task": 2,
+        "inbox.tasks.notify_task": 1}
+    assert {arguments for name, arguments in sent if name.endswith("dispatch_task")} == {
+        (str(task.pk),) for task in due["offer"]}
+    assert {arguments[0] for name, arguments in sent
+            if name.endswith("callback_send_task")} == outbox
+
+
+def test_one_broken_task_fails_alone_and_the_rest_of_its_batch_is_handled(
+    make_task, sweep_worker, monkeypatch, caplog
+):
+    """A change that raises for one task (patched: no real row makes it fail) fails the
+    batch; its rows are then applied one at a time, the broken one logged and left due."""
+    import dataclasses
+
+    from inbox import lifecycle
+
+    due = _due_on_each_clock(4, make_task=make_task, worker=sweep_worker)
+    poison = due["work"][1]
+    row = lifecycle.TRANSITIONS["work_timeout"]
+
+    def breaks_on_poison(task, step):
+        if task.pk == poison.pk:
+            raise RuntimeError("a broken row")
+        return row.change(task, step)
+
+    monkeypatch.setitem(lifecycle.TRANSITIONS, "work_timeout",
+                        dataclasses.replace(row, change=breaks_on_poison))
+    now = timezone.now() + _seconds(hours=1)
+
+    result = deadlines_sweep(now=now)
+
+    assert result == {"failed": 1, "offer": 4, "work": 3, "overall": 4}
+    assert _fresh(poison).state == TaskState.IN_PROGRESS
+    assert _timeouts_per_task() == {
+        task.pk: 1 for tasks in due.values() for task in tasks if task.pk != poison.pk}
+    for task in due["work"]:
+        assert events_verify(task=task) is None
+    failures = [record for record in caplog.records if record.levelname == "ERROR"]
+    assert [record.getMessage() for record in failures] == [
+        "A batch of work timeouts failed; applying them one at a time",
+        f"The work timeout of task {poison.pk} failed"]
+    # With the traceback (the redaction filter keeps it as the record's text).
+    assert all("RuntimeError: a broken row" in record.exc_text for record in failures)
+    # Still due: the next sweep tries it again, and says so again.
+    assert deadlines_sweep(now=now) == {"failed": 1, "offer": 0, "work": 0, "overall": 0}
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_two_sweepers_over_a_backlog_apply_each_timeout_once(make_task, make_worker,
+                                                            check_skill, review_skill):
+    """Two sweepers at once over batches of five (SKIP LOCKED): each deadline once, every
+    chain intact."""
+    worker = make_worker({"invoice-review": 3, "document-check": 3})
+    worker_set_capacity(worker=worker, capacity=100)
+    due = _due_on_each_clock(15, make_task=make_task, worker=worker)
+    now = timezone.now() + _seconds(hours=1)
+
+    def sweep_until_done(_: int) -> Counter:
+        handled: Counter = Counter()
+        for _round in range(100):
+            result = deadlines_sweep(batch=5, now=now)
+            handled.update(result)
+            if result["offer"] + result["work"] + result["overall"] == 0:
+                break
+        return handled
+
+    results, errors = race(sweep_until_done, range(2))
+
+    assert errors == []
+    total = sum(results, Counter())
+    assert (total["offer"], total["work"], total["overall"], total["failed"]) == (15, 15, 15, 0)
+    every = [task for tasks in due.values() for task in tasks]
+    assert _timeouts_per_task() == {task.pk: 1 for task in every}
+    for task in every:
+        assert events_verify(task=task) is None
+    assert Outbox.objects.count() == 10
 
 
 # Offer timeout ------------------------------------------------------------------------------

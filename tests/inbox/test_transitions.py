@@ -309,3 +309,62 @@ def test_a_batch_costs_the_same_statements_whatever_its_size(
         assert len(batch.applied) == size
         counts.append(len(queries))
     assert counts[0] == counts[1] <= 5, counts
+
+
+def test_a_batch_writes_each_task_its_own_values(make_task, people):
+    """Tasks at different versions, clocks and reasons: each gets its own row back (the
+    PostgreSQL path writes them from one array per column), and each chain verifies."""
+    from django.db import transaction
+
+    from inbox.lifecycle import transitions_apply
+
+    tasks = [_task_in(state, make_task=make_task, holder=people["holder"])
+             for state in (TaskState.QUEUED, TaskState.IN_PROGRESS, TaskState.OFFERED)]
+    boss = people["boss"]
+    transition(task_id=tasks[1].pk, action="extend_overall", actor=boss, reason="More.",
+               seconds=3600)
+    for _ in range(2):
+        transition(task_id=tasks[2].pk, action="extend_overall", actor=boss,
+                   reason="More.", seconds=7200)
+    before = {task.pk: Task.objects.get(pk=task.pk) for task in tasks}
+    with transaction.atomic():
+        locked = list(Task.objects.select_for_update().filter(pk__in=before))
+        batch = transitions_apply(action="extend_overall", tasks=locked, actor=boss,
+                                  reason=lambda task: f"Version {task.version}.", seconds=60)
+    assert len(batch.applied) == 3
+    for pk, was in before.items():
+        now = Task.objects.get(pk=pk)
+        assert (now.version, now.state, now.assignee_id) == (
+            was.version + 1, was.state, was.assignee_id)
+        assert now.overall_deadline == was.overall_deadline + datetime.timedelta(seconds=60)
+        assert TaskEvent.objects.get(task_id=pk, version=now.version).reason == (
+            f"Version {was.version}.")
+        assert events_verify(task=now) is None
+    assert sorted(was.version for was in before.values()) == [1, 2, 3]
+
+
+def test_a_batch_enqueues_over_one_connection_and_one_failed_enqueue_stops_no_other(
+    make_task, monkeypatch, caplog, django_capture_on_commit_callbacks
+):
+    """One on-commit hook for the batch's messages, one broker connection for them all; a
+    message the broker refuses (patched: the broker is up here) is logged, the rest go."""
+    tasks = [make_task() for _ in range(3)]
+    seen: list[tuple] = []
+
+    def enqueue(name, *arguments):
+        seen.append((name, arguments, effects._producer.get()))
+        if len(seen) == 1:
+            raise OSError("the broker went away")
+
+    monkeypatch.setattr(effects, "enqueue", enqueue)
+    with django_capture_on_commit_callbacks(execute=True) as hooks:
+        effects.after_commit_many(
+            (task, (effects.Effect.NOTIFY_ESCALATED,), None, 0) for task in tasks)
+    assert len(hooks) == 1
+    assert [(name, arguments) for name, arguments, _ in seen] == [
+        ("inbox.tasks.notify_task", ("escalated", str(task.pk))) for task in tasks]
+    producers = {id(producer) for _, _, producer in seen}
+    assert len(producers) == 1 and seen[0][2] is not None
+    assert [record.getMessage() for record in caplog.records if record.levelname == "ERROR"
+            ] == [f"Enqueueing inbox.tasks.notify_task('escalated', '{tasks[0].pk}') failed"]
+    assert effects._producer.get() is None
