@@ -15,6 +15,7 @@ A worker's row (``eligible``) also re-checks, under the row lock, that the actor
 still hold the task (their current role, skill and proficiency: AccessLost, 409).
 """
 
+import copy
 import datetime
 import json
 import logging
@@ -444,15 +445,18 @@ TRANSITIONS: dict[str, Transition] = {row.action: row for row in [
 
 def transition(*, task_id: Any, action: str, actor: User | None = None, system: str = "",
                expected_version: int | None = None, reason: str = "",
-               locked: Task | None = None, **params: Any) -> Task:
+               locked: Task | None = None, seen: Task | None = None, **params: Any) -> Task:
     """Apply the table's row for action to a task in one transaction; return the task.
 
     Raise NotFound if the task does not exist, StaleVersion if expected_version is given
     and differs, Conflict if the action is its holder's and actor does not hold it,
     IllegalTransition if the task's state is not one the action starts from. locked is
     the task's row as the caller's open transaction just read it FOR UPDATE (take next): it
-    is used as is, without reading it again or a savepoint of its own. params go to the
-    row's change.
+    is used as is, without reading it again or a savepoint of its own. seen is the task as
+    the caller just read it without a lock (access_task): when the row allows the action
+    on it, the change is written by an UPDATE conditioned on the version seen, with no
+    second read; if the task changed meanwhile, it is read again under its lock and judged
+    as it is then. params go to the row's change.
     """
     row = TRANSITIONS[action]
     if row.needs_reason and not reason.strip():
@@ -463,9 +467,60 @@ def transition(*, task_id: Any, action: str, actor: User | None = None, system: 
                          f"{REASON_MAX_CHARS:,}.")
     if locked is not None and not transaction.get_connection().in_atomic_block:
         raise RuntimeError("transition(locked=...) needs the transaction that locked the row.")
+    if seen is not None and locked is None:
+        task = _apply_seen(row, seen=seen, task_id=task_id, actor=actor,
+                           system=system or row.system, expected_version=expected_version,
+                           reason=reason, params=params)
+        if task is not None:
+            return task
     return _apply(row, task_id=task_id, actor=actor, system=system or row.system,
                   expected_version=expected_version, reason=reason, locked=locked,
                   params=params)
+
+
+class _Changed(Exception):
+    """The task is no longer the version seen: its conditional update changed no row."""
+
+
+def _apply_seen(row: Transition, *, seen: Task, task_id: Any, actor: User | None,
+                system: str, expected_version: int | None, reason: str,
+                params: Mapping[str, Any]) -> Task | None:
+    """Apply row to the task as seen, if it allows it; None: judge it under its lock instead.
+
+    Three statements for a worker's action (the UPDATE, the event, the outbox row or pass
+    it makes), and no lock held before the write: the UPDATE names the version seen, so a
+    racing transition (which bumps it) makes it change nothing, and this one is rolled
+    back and decided again on the row read FOR UPDATE.
+    """
+    if str(seen.pk) != str(task_id) or (
+            expected_version is not None and seen.version != expected_version):
+        return None
+    if row.eligible and getattr(seen, "proficiency_of", None) != getattr(actor, "pk", None):
+        return None  # The actor's proficiency was not read with the task: ask under the lock.
+    if _refusal(row, task=seen, actor=actor) is not None:
+        return None  # Refused as seen; the task may have changed since: the lock decides.
+    task = copy.copy(seen)  # The caller's object stays as it read it, whatever happens here.
+    version_seen = task.version
+    try:
+        with transaction.atomic():
+            step = Step(actor=actor, now=timezone.now(), reason=reason, params=params)
+            applied = _change(row, task=task, step=step, system=system)
+            # Conditional on the version seen: of two racing transitions exactly one
+            # changes the row; the loser's whole change (its side writes too) rolls back.
+            written = Task.objects.filter(pk=task.pk, version=version_seen).update(**{
+                _ATTNAMES.get(name, name): getattr(task, _ATTNAMES.get(name, name))
+                for name in applied.fields})
+            if written != 1:
+                raise _Changed
+            _written(row, applied, step)
+    except _Changed:
+        return None
+    _log(row, applied)
+    return task
+
+
+# A field's name as save(update_fields=...) takes it, to the attribute update() takes.
+_ATTNAMES = {"assignee": "assignee_id"}
 
 
 def _apply(row: Transition, *, task_id: Any, actor: User | None, system: str,
@@ -490,14 +545,19 @@ def _apply(row: Transition, *, task_id: Any, actor: User | None, system: str,
         # Only what the change wrote: the row's other columns (its input above all) stay
         # out of the UPDATE.
         task.save(update_fields=applied.fields)
-        event_save(applied.event)
-        passes_write(step.passes, now=step.now)
-        if applied.outbox is not None:
-            applied.outbox.save(force_insert=True)
-        _after_commit(row, applied, now=step.now)
+        _written(row, applied, step)
     # After the block: committed, unless a caller's transaction holds it (then released).
     _log(row, applied)
     return task
+
+
+def _written(row: Transition, applied: "_Applied", step: Step) -> None:
+    """Write what goes with a task's change (its row written): event, passes, outbox row."""
+    event_save(applied.event)
+    passes_write(step.passes, now=step.now)
+    if applied.outbox is not None:
+        applied.outbox.save(force_insert=True)
+    _after_commit(row, applied, now=step.now)
 
 
 def _locked(row: Transition, *, task_id: Any, actor: User | None) -> Task | None:

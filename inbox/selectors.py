@@ -146,10 +146,16 @@ def access_task(*, user: User, task_id: object, action: Action = "view") -> Task
         raise ValueError(f"unknown action {action!r}")
     tasks = _filtered(visibility_for(user=user), view=action == "view")
     try:
-        return tasks.select_related("skill", "assignee").get(pk=task_id)
+        task = tasks.select_related("skill", "assignee").annotate(
+            # What hold_problem asks of the user, read with the task (no second query).
+            actor_proficiency=WorkerSkill.objects.filter(
+                worker_id=user.pk, skill_id=OuterRef("skill_id")).values("proficiency")[:1],
+        ).get(pk=task_id)
     except (Task.DoesNotExist, ValidationError, ValueError, TypeError):
         # A malformed id is as unknown as a missing one.
         raise NotFound("No such task.") from None
+    task.proficiency_of = user.pk  # Whose proficiency actor_proficiency is.
+    return task
 
 
 def _access_gap(*, user: User, task: Task) -> tuple[str, int | None] | None:

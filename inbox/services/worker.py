@@ -120,7 +120,7 @@ def task_decline(*, worker: User, task_id: Any, reason: str,
     """Decline an offer with a reason; it goes to the next worker, never back to this one."""
     task = access_task(user=worker, task_id=task_id)
     return transition(task_id=task.pk, action="decline", actor=worker, reason=reason,
-                      expected_version=expected_version)
+                      expected_version=expected_version, seen=task)
 
 
 def task_release(*, worker: User, task_id: Any, reason: str = "",
@@ -128,7 +128,7 @@ def task_release(*, worker: User, task_id: Any, reason: str = "",
     """Give a held task back to its queue (and offer it on, for a push queue)."""
     task = access_task(user=worker, task_id=task_id)
     return transition(task_id=task.pk, action="release", actor=worker, reason=reason,
-                      expected_version=expected_version)
+                      expected_version=expected_version, seen=task)
 
 
 def task_complete(*, worker: User, task_id: Any, answer: Any,
@@ -181,7 +181,7 @@ def task_undo(*, worker: User, task_id: Any, expected_version: int | None = None
                             "to Step Functions at once.")
     try:
         return transition(task_id=task.pk, action="undo", actor=worker,
-                          expected_version=expected_version)
+                          expected_version=expected_version, seen=task)
     except IllegalTransition:
         task.refresh_from_db()
         if task.state in CLOSED_STATES:
@@ -194,7 +194,8 @@ def task_undo(*, worker: User, task_id: Any, expected_version: int | None = None
 def _as_holder(task: Task, *, action: str, worker: User, **arguments: Any) -> Task:
     """Apply a holder's row; a task the worker may no longer hold goes back to its queue."""
     try:
-        return transition(task_id=task.pk, action=action, actor=worker, **arguments)
+        return transition(task_id=task.pk, action=action, actor=worker, seen=task,
+                          **arguments)
     except AccessLost as exc:
         # The refused transaction rolled back: the return is a transaction of its own.
         if task_revoke(task_id=task.pk, worker=worker):

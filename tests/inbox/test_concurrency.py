@@ -47,3 +47,29 @@ def test_two_workers_claiming_one_task_exactly_one_wins(make_task, make_worker):
     assert len(winners) == 1
     assert len(errors) == 7
     assert all("Cannot claim a task that is in progress" in str(e) for e in errors)
+
+
+def test_racing_decisions_on_one_read_write_one_decision(make_task, make_worker):
+    """Eight completes and releases, each judged on the same unlocked read (the conditional
+    update path), race: exactly one changes the task; the others are judged again under
+    the lock and refused, or (a complete) answered as the decision already made."""
+    from inbox.models import Outbox, TaskEvent
+    from inbox.services.worker import task_complete, task_release, task_take_next
+
+    worker = make_worker({"invoice-review": 3})
+    make_task()
+    task = task_take_next(worker=worker)
+
+    def decide(n):
+        if n % 2:
+            return task_release(worker=worker, task_id=task.pk).state
+        return task_complete(worker=worker, task_id=task.pk,
+                             answer={"decision": "approve"}).state
+
+    winners, errors = race(decide, list(range(8)))
+    events = list(TaskEvent.objects.filter(task=task).order_by("version"))
+    assert [e.action for e in events][:2] == ["receive", "take_next"]
+    assert len(events) == 3, [e.action for e in events]
+    assert events[2].action in ("complete", "release")
+    assert Outbox.objects.filter(task=task).count() == (events[2].action == "complete")
+    assert len(winners) + len(errors) == 8 and winners

@@ -288,3 +288,41 @@ def test_history_verify_command_names_the_first_broken_link(make_task, make_work
         call_command("history_verify", stdout=StringIO(), stderr=err)
     assert err.getvalue() == f"task {bad.pk}: event v2 (claim) was altered after it was written\n"
     call_command("history_verify", str(good.pk), stdout=StringIO())
+
+
+def test_a_change_judged_on_a_stale_read_is_judged_again_under_the_lock(
+        make_task, make_worker, supervisor):
+    """The conditional update names the version seen: after a reassign it changes nothing,
+    and the locked read refuses the release of a task its worker no longer holds."""
+    from inbox.services.supervisor import task_reassign
+
+    worker, other = make_worker({"invoice-review": 3}), make_worker({"invoice-review": 3})
+    make_task()
+    task = task_take_next(worker=worker)
+    stale = access_task(user=worker, task_id=task.pk)
+    task_reassign(supervisor=supervisor, task_id=task.pk, worker=other,
+                  reason="Ana is out today.")
+    with pytest.raises(Conflict, match="You do not hold this task"):
+        lifecycle.transition(task_id=task.pk, action="release", actor=worker, seen=stale)
+    fresh = access_task(user=supervisor, task_id=task.pk, action="manage")
+    assert (fresh.assignee, fresh.version) == (other, stale.version + 1)
+    assert TaskEvent.objects.filter(task=task).order_by("-version").first().action == "reassign"
+    assert stale.assignee == worker  # the caller's object is left as it was read
+
+
+def test_a_change_on_a_read_still_current_needs_no_second_read(make_task, make_worker):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    worker = make_worker({"invoice-review": 3})
+    make_task()
+    task = task_take_next(worker=worker)
+    seen = access_task(user=worker, task_id=task.pk)
+    with CaptureQueriesContext(connection) as queries:
+        released = lifecycle.transition(task_id=task.pk, action="release", actor=worker,
+                                        seen=seen)
+    sql = [q["sql"] for q in queries.captured_queries if "SAVEPOINT" not in q["sql"]]
+    assert not any(s.startswith("SELECT") for s in sql), sql
+    assert (released.state, released.version, released.assignee) == (
+        TaskState.QUEUED, seen.version + 1, None)
+    assert events_verify(task=released) is None
