@@ -380,3 +380,15 @@ def _git_commit() -> str:
 def machine_print() -> None:
     for name, value in machine():
         print(f"{name}: {value}")
+
+
+def goal_print(what: str, value: float, goal: float, *, unit: str = "",
+               most: bool = False) -> None:
+    """Print one goal of issue 15 as a line bench/run_all gathers: the figure, the goal, met.
+
+    most: the goal is a ceiling (at most goal), else a floor (at least goal).
+    """
+    met = value <= goal if most else value >= goal
+    sign = "<=" if most else ">="
+    print(f"GOAL {what}: {value:,.2f}{unit} (goal {sign} {goal:g}{unit}): "
+          f"{'met' if met else 'NOT met'}")
