@@ -37,6 +37,7 @@ import _d2_common as common
 from _common import (
     api_token,
     free_port,
+    goal_print,
     machine_print,
     percentile,
     scratch_database,
@@ -138,6 +139,8 @@ def run(*, tasks: int, takers: int, idle: float, children: common.Children) -> N
           f"{postgres / tasks:.2f} ms/task")
     print("Complete to SendTaskSuccess returned (outbox created_at to sent_at), ms: "
           + ", ".join(f"p{p} {value:.0f}" for p, value in _callback_latency().items()))
+    goal_print("CPU of one task's life, the inbox's processes (net)", total_net / tasks, 10.0,
+               unit=" ms", most=True)
 
 
 def _http_ready(*, base: str, timeout: float = 60) -> None:

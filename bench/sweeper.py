@@ -39,6 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (
     bench_environment,
     cycle,
+    goal_print,
     machine_print,
     percentile,
     scratch_database,
@@ -101,6 +102,14 @@ def main() -> None:
           f"{args.steady_seconds:g} s\n")
     print(table(["non-due tasks", "backlog handled/s (wall)", "handled/s (sweeping)",
                  "backlog drained in s", "steady lateness p50 ms", "p99 ms", "max ms"], rows))
+    largest = max(rows, key=lambda row: row[0])
+    goal_print(f"sweeper backlog deadlines/s at {largest[0]:,} non-due tasks", largest[1],
+               2000.0, unit="/s")
+    if len(rows) > 1:
+        smallest = min(rows, key=lambda row: row[0])
+        # Flat: the largest size's steady p99 lateness within 1.5x of the smallest's.
+        goal_print(f"sweeper steady lateness p99, {largest[0]:,} / {smallest[0]:,} non-due",
+                   largest[5] / smallest[5], 1.5, unit="x", most=True)
 
 
 def run_size(args: argparse.Namespace, size: int) -> list:
