@@ -140,7 +140,11 @@ _producer: contextvars.ContextVar[Any] = contextvars.ContextVar("producer", defa
 
 def enqueue(name: str, *arguments: Any) -> None:
     """Enqueue the Celery task registered under name (inbox/tasks.py) with arguments."""
-    app.tasks[name].apply_async(arguments, producer=_producer.get())
+    producer = _producer.get()
+    if producer is None:
+        app.tasks[name].delay(*arguments)  # One message alone: as Celery sends one.
+    else:
+        app.tasks[name].apply_async(arguments, producer=producer)
 
 
 def enqueue_later(name: str, *arguments: Any, countdown: float) -> None:
