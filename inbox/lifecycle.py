@@ -7,7 +7,8 @@ transaction: lock the task row, check the caller's version and the state, apply 
 change, bump ``version``, append one hash-chained TaskEvent, write the Outbox row when
 Step Functions must hear of the decision, and hand the effects to inbox.effects, which
 performs them after commit. ``task_receive`` makes a task's first row and event the same
-way. Nothing else in the code assigns ``Task.state``.
+way (``tasks_receive``: a receive's worth at once). Nothing else in the code assigns
+``Task.state``.
 
 The services (inbox/services/) decide who may act (access, eligibility, capacity) and
 call ``transition`` with an action's name; a state rule broken here is a Conflict (409).
@@ -848,6 +849,36 @@ def task_receive(**fields: Any) -> Task:
     event_save(event)
     effects.after_commit(task=task, effects=row.all_effects + _signal(event, now))
     return task
+
+
+def tasks_receive(rows: list[dict[str, Any]]) -> list[Task]:
+    """Create a task from each row of intake fields in the open transaction; return them.
+
+    task_receive for one receive of the queue: the same "receive" row, the same rows
+    written (each task, its first event, its signal when a bus is set) and the same
+    effects after commit, in one INSERT of the tasks and one of their events. The caller
+    makes sure no row's token digest is taken: one that is fails the whole INSERT
+    (IntegrityError) and, with it, the caller's transaction.
+    """
+    row = TRANSITIONS["receive"]
+    if not transaction.get_connection().in_atomic_block:
+        raise RuntimeError("tasks_receive needs the intake's transaction.")
+    now = timezone.now()
+    step = Step(actor=None, now=now, reason="", params={})
+    tasks, events = [], []
+    for fields in rows:
+        task = Task(state=row.target_from(""), **fields)
+        events.append(event_new(task=task, action=row.action, from_state="", actor=None,
+                                label=row.system, reason="", data=row.change(task, step),
+                                at=now))
+        tasks.append(task)
+    Task.objects.bulk_create(tasks)
+    # After the tasks, each with its chain head; the events' ids come back for the signals.
+    TaskEvent.objects.bulk_create(events)
+    signal = _signals_write(events, now=now)
+    for task in tasks:
+        effects.after_commit(task=task, effects=row.all_effects + signal)
+    return tasks
 
 
 def _signal(event: TaskEvent, now: datetime.datetime) -> tuple[Effect, ...]:

@@ -1,13 +1,14 @@
 """Intake: turn the messages on the SQS intake queue into tasks.
 
 A human stage puts a ``human-task/v1`` envelope on the intake queue and waits for its
-token to come back. ``intake_poll`` long-polls the queue; ``intake_message`` handles one
-message in one transaction: a valid envelope becomes a queued task (its token encrypted,
-with a keyed digest that makes redeliveries harmless), a ``process-failure/v1`` notice is
-recorded and mailed to the admins (``inbox.process_failures``), and anything else is
-recorded as an IntakeError and left on the queue, whose redrive policy moves it to the
-dead-letter queue after a few receives (an admin moves them back once the cause is
-fixed: inbox.services.admin.intake_redrive).
+token to come back. ``intake_poll`` long-polls the queue; ``intake_messages`` handles one
+receive (up to ten messages), the tasks of its valid envelopes in one transaction, and
+``intake_message`` one message in one transaction: a valid envelope becomes a queued task
+(its token encrypted, with a keyed digest that makes redeliveries harmless), a
+``process-failure/v1`` notice is recorded and mailed to the admins
+(``inbox.process_failures``), and anything else is recorded as an IntakeError and left on
+the queue, whose redrive policy moves it to the dead-letter queue after a few receives
+(an admin moves them back once the cause is fixed: inbox.services.admin.intake_redrive).
 
 Message bodies hold task tokens: no body, token or envelope value reaches a log line, an
 exception message or an IntakeError; problems name the field and the rule only.
@@ -30,7 +31,7 @@ from django.utils import timezone
 from accounts.models import Skill
 from config.errors import ExternalServiceError
 from inbox.display import key_order
-from inbox.lifecycle import task_receive
+from inbox.lifecycle import task_receive, tasks_receive
 from inbox.models import IntakeError, Task
 from inbox.process_failures import process_failure_record
 from inbox.redaction import REDACTED, redact
@@ -79,37 +80,59 @@ def intake_message(*, message: dict) -> str:
 
     Return "created" for a new task, "duplicate" when a task with the same token exists,
     "recorded" for a process-failure notice, "invalid" when the message was refused and
-    recorded as an IntakeError. Unexpected errors propagate; see ``intake_poll``.
+    recorded as an IntakeError. Unexpected errors propagate; see ``intake_messages``.
     """
-    message_id = str(message.get("MessageId") or "")
-    receive_count = _receive_count(message)
+    envelope, problems = _read(message)
+    lookups = _Lookups([] if problems else [envelope])
+    outcome = _checked(message=message, envelope=envelope, problems=problems, lookups=lookups)
+    if outcome is None:
+        outcome = _task_create(envelope=envelope, skill=lookups.skills[envelope["skill"]])
+    if outcome != Outcome.INVALID:
+        _refusals_clear([message])
+    return outcome
+
+
+def _read(message: dict) -> tuple[Any, list[str]]:
+    """Return a message's envelope and what its schema finds wrong with it."""
     envelope, unreadable = envelope_read(message.get("Body") or "")
     if unreadable:
-        return _invalid(message_id=message_id, receive_count=receive_count, envelope=None,
-                        problems=unreadable)
-    problems = envelope_problems(envelope)
+        return None, unreadable
+    return envelope, envelope_problems(envelope)
+
+
+def _checked(*, message: dict, envelope: Any, problems: list[str],
+             lookups: "_Lookups") -> Outcome | None:
+    """Refuse or record a read message; return its Outcome, or None for a task to create."""
     if not problems and envelope["kind"] == HUMAN_TASK:
-        problems = _task_problems(envelope)
+        problems = _task_problems(envelope, lookups)
     if problems:
         return _invalid(
-            message_id=message_id, receive_count=receive_count, envelope=envelope,
-            problems=problems,
+            message_id=_message_id(message), receive_count=_receive_count(message),
+            envelope=envelope, problems=problems,
         )
     if envelope["kind"] == HUMAN_TASK:
-        outcome = _task_create(envelope=envelope)
-    elif envelope["kind"] == PROCESS_FAILURE:
-        process_failure_record(envelope=envelope, message_id=message_id)
-        outcome = Outcome.RECORDED
-    else:
-        # A kind the schemas know and this intake does not handle yet.
-        return _invalid(
-            message_id=message_id, receive_count=receive_count, envelope=envelope,
-            problems=["kind: not handled by this version of the inbox"],
-        )
-    if receive_count > 1 and message_id:
-        # Refused before (e.g. an unexpected error), taken now: not an intake error any more.
-        IntakeError.objects.filter(message_id=message_id).delete()
-    return outcome
+        return None
+    if envelope["kind"] == PROCESS_FAILURE:
+        process_failure_record(envelope=envelope, message_id=_message_id(message))
+        return Outcome.RECORDED
+    # A kind the schemas know and this intake does not handle yet.
+    return _invalid(
+        message_id=_message_id(message), receive_count=_receive_count(message),
+        envelope=envelope, problems=["kind: not handled by this version of the inbox"],
+    )
+
+
+def _refusals_clear(messages: list[dict]) -> None:
+    """Delete the IntakeErrors of messages refused before (e.g. an unexpected error) and
+    taken now: they are not intake errors any more."""
+    ids = [_message_id(message) for message in messages
+           if _receive_count(message) > 1 and _message_id(message)]
+    if ids:
+        IntakeError.objects.filter(message_id__in=ids).delete()
+
+
+def _message_id(message: dict) -> str:
+    return str(message.get("MessageId") or "")
 
 
 def _receive_count(message: dict) -> int:
@@ -119,7 +142,29 @@ def _receive_count(message: dict) -> int:
         return 1
 
 
-def _task_problems(envelope: dict[str, Any]) -> list[str]:
+class _Lookups:
+    """The skills and forms that the envelopes of one receive name, each read once."""
+
+    def __init__(self, envelopes: list[Any]) -> None:
+        slugs = {envelope["skill"] for envelope in envelopes if envelope["kind"] == HUMAN_TASK}
+        self.skills: dict[str, Skill] = (
+            Skill.objects.in_bulk(slugs, field_name="slug") if slugs else {})
+        self._forms: dict[tuple[str, int, str], bool] = {}
+
+    def form_known(self, *, process: dict[str, Any], form: str) -> bool:
+        """Return whether the process version's spec or the built-in forms define form.
+
+        Asked once per receive for each process version and form (a receive's envelopes
+        mostly share both); a version not deployed here costs its query each time.
+        """
+        key = (process["name"], process["version"], form)
+        if key not in self._forms:
+            self._forms[key] = form_for(process_name=key[0], process_version=key[1],
+                                        form_name=form) is not None
+        return self._forms[key]
+
+
+def _task_problems(envelope: dict[str, Any], lookups: _Lookups) -> list[str]:
     """Return what the schema cannot check: the skill, the form, the entry time."""
     problems = []
     if len(envelope["execution"]) > _EXECUTION_MAX:
@@ -135,14 +180,12 @@ def _task_problems(envelope: dict[str, Any]) -> list[str]:
         problems.append("timeouts.escalation: required with onTimeout escalate")
     if _entered_at(envelope["enteredAt"]) is None:
         problems.append("enteredAt: must be an ISO 8601 date and time")
-    if not Skill.objects.filter(slug=envelope["skill"]).exists():
+    if envelope["skill"] not in lookups.skills:
         problems.append(
             "skill: no skill with this slug exists (an admin creates it, then redrives "
             "the dead letters)"
         )
-    process = envelope["process"]
-    if form_for(process_name=process["name"], process_version=process["version"],
-                form_name=envelope["form"]) is None:
+    if not lookups.form_known(process=envelope["process"], form=envelope["form"]):
         problems.append(
             "form: neither the deployed spec of this process version nor the built-in "
             "forms define it"
@@ -161,11 +204,42 @@ def _entered_at(value: str) -> datetime.datetime | None:
     return moment
 
 
-def _task_create(*, envelope: dict[str, Any]) -> str:
-    token = envelope["taskToken"]
-    digest = token_digest(token)
+def _task_fields(*, envelope: dict[str, Any], skill: Skill, digest: str,
+                 now: datetime.datetime) -> dict[str, Any]:
+    """Return the fields of the task a valid envelope becomes (the receive row's input)."""
     timeouts = envelope["timeouts"]
-    now = timezone.now()
+    return {
+        "token_ciphertext": token_encrypt(envelope["taskToken"]),
+        "token_digest": digest,
+        "execution_arn": envelope["execution"],
+        "stage": envelope["stage"],
+        "process_name": envelope["process"]["name"],
+        "process_version": envelope["process"]["version"],
+        "skill": skill,
+        "min_proficiency": envelope.get("minProficiency", 1),
+        "title": envelope["title"],
+        "form": envelope["form"],
+        "input": envelope["input"],
+        "input_order": key_order(envelope["input"]),
+        "priority": envelope["priority"],
+        "exclude_workers_of": envelope.get("excludeWorkersOf", []),
+        "offer_seconds": timeouts["offer"],
+        "work_seconds": timeouts["work"],
+        "overall_seconds": timeouts["overall"],
+        "escalation_seconds": timeouts.get("escalation"),
+        "on_timeout": envelope["onTimeout"],
+        "heartbeat_seconds": envelope.get("heartbeatSeconds"),
+        "entered_at": _entered_at(envelope["enteredAt"]),
+        # The overall clock runs from when the task entered the inbox.
+        "overall_deadline": now + datetime.timedelta(seconds=timeouts["overall"]),
+        # Step Functions' heartbeat clock runs from when the stage started.
+        "next_heartbeat_at": (now + heartbeat_interval(envelope["heartbeatSeconds"])
+                              if envelope.get("heartbeatSeconds") else None),
+    }
+
+
+def _task_create(*, envelope: dict[str, Any], skill: Skill) -> str:
+    digest = token_digest(envelope["taskToken"])
     try:
         with transaction.atomic():
             if Task.objects.filter(token_digest=digest).exists():
@@ -173,45 +247,123 @@ def _task_create(*, envelope: dict[str, Any]) -> str:
             # The receive row of the transition table: queued, its first event, and an
             # offer after commit for a push queue (robust: dispatch_pending heals a lost
             # enqueue; the task stands).
-            task = task_receive(
-                token_ciphertext=token_encrypt(token),
-                token_digest=digest,
-                execution_arn=envelope["execution"],
-                stage=envelope["stage"],
-                process_name=envelope["process"]["name"],
-                process_version=envelope["process"]["version"],
-                skill=Skill.objects.get(slug=envelope["skill"]),
-                min_proficiency=envelope.get("minProficiency", 1),
-                title=envelope["title"],
-                form=envelope["form"],
-                input=envelope["input"],
-                input_order=key_order(envelope["input"]),
-                priority=envelope["priority"],
-                exclude_workers_of=envelope.get("excludeWorkersOf", []),
-                offer_seconds=timeouts["offer"],
-                work_seconds=timeouts["work"],
-                overall_seconds=timeouts["overall"],
-                escalation_seconds=timeouts.get("escalation"),
-                on_timeout=envelope["onTimeout"],
-                heartbeat_seconds=envelope.get("heartbeatSeconds"),
-                entered_at=_entered_at(envelope["enteredAt"]),
-                # The overall clock runs from when the task entered the inbox.
-                overall_deadline=now + datetime.timedelta(seconds=timeouts["overall"]),
-                # Step Functions' heartbeat clock runs from when the stage started.
-                next_heartbeat_at=(now + heartbeat_interval(envelope["heartbeatSeconds"])
-                                   if envelope.get("heartbeatSeconds") else None),
-            )
+            task = task_receive(**_task_fields(envelope=envelope, skill=skill, digest=digest,
+                                               now=timezone.now()))
     except IntegrityError:
         # Two deliveries of one envelope handled at once (a redelivery after a visibility
         # timeout, or two pollers): both saw no task, the unique digest let one insert win.
         if Task.objects.filter(token_digest=digest).exists():
             return Outcome.DUPLICATE
         raise
+    _created_log(task)
+    return Outcome.CREATED
+
+
+def _created_log(task: Task) -> None:
     logger.info(
         "Intake: task %s queued for skill %s (%s v%s, stage %s)",
         task.pk, task.skill.slug, task.process_name, task.process_version, task.stage,
     )
-    return Outcome.CREATED
+
+
+# One receive ----------------------------------------------------------------------------
+
+
+def intake_messages(*, messages: list[dict]) -> list[Outcome]:
+    """Handle the messages of one receive (up to ten); return each one's Outcome, in order.
+
+    The valid envelopes become tasks in one transaction (one INSERT of the tasks and one
+    of their events, lifecycle.tasks_receive); a refused message is recorded on its own as
+    intake_message records it, and a process-failure notice too. An unexpected error on
+    one message is recorded as an IntakeError ("error") and the others go on: when the
+    batch's transaction fails, each of its envelopes is created on its own instead.
+    """
+    outcomes: dict[int, Outcome] = {}
+    read: dict[int, tuple[Any, list[str]]] = {}
+    for index, message in enumerate(messages):
+        try:
+            read[index] = _read(message)
+        except Exception as exc:
+            _unexpected_record(message=message, exc=exc)
+            outcomes[index] = Outcome.ERROR
+    try:
+        lookups = _Lookups([envelope for envelope, problems in read.values() if not problems])
+    except Exception as exc:
+        for index in read:
+            _unexpected_record(message=messages[index], exc=exc)
+            outcomes[index] = Outcome.ERROR
+        read = {}
+    pending: list[tuple[int, dict[str, Any]]] = []
+    for index, (envelope, problems) in read.items():
+        try:
+            outcome = _checked(message=messages[index], envelope=envelope, problems=problems,
+                               lookups=lookups)
+            if outcome == Outcome.RECORDED:
+                _refusals_clear([messages[index]])
+        except Exception as exc:
+            _unexpected_record(message=messages[index], exc=exc)
+            outcome = Outcome.ERROR
+        if outcome is None:
+            pending.append((index, envelope))
+        else:
+            outcomes[index] = outcome
+    if pending:
+        outcomes.update(_tasks_create(messages=messages, pending=pending, lookups=lookups))
+    return [outcomes[index] for index in range(len(messages))]
+
+
+def _tasks_create(*, messages: list[dict], pending: list[tuple[int, dict[str, Any]]],
+                  lookups: _Lookups) -> dict[int, Outcome]:
+    """Create the tasks of a receive's valid envelopes in one transaction; return the
+    Outcome of each (by its index in messages): "created", or "duplicate" for a token
+    that has a task already, or comes earlier in the same receive."""
+    digests = [token_digest(envelope["taskToken"]) for _, envelope in pending]
+    outcomes: dict[int, Outcome] = {}
+    try:
+        with transaction.atomic():
+            # Read in the transaction, but it locks nothing: a concurrent poller may insert
+            # one of these digests, not yet committed, after this read. The INSERT below
+            # then waits for that transaction, and fails on the unique digest once it
+            # commits (IntegrityError): the whole batch rolls back and each envelope is
+            # created on its own, where the digest it lost to is a duplicate.
+            taken = set(Task.objects.filter(token_digest__in=digests)
+                        .values_list("token_digest", flat=True))
+            now = timezone.now()
+            rows = []
+            for (index, envelope), digest in zip(pending, digests, strict=True):
+                if digest in taken:
+                    outcomes[index] = Outcome.DUPLICATE
+                    continue
+                taken.add(digest)
+                rows.append(_task_fields(envelope=envelope, skill=lookups.skills[
+                    envelope["skill"]], digest=digest, now=now))
+                outcomes[index] = Outcome.CREATED
+            tasks = tasks_receive(rows)
+            _refusals_clear([messages[index] for index, _ in pending])
+    except Exception as exc:
+        # Loud: the batch's failure is logged here (its type only: a database's message may
+        # quote a value), and each envelope's own failure, if any, is recorded below.
+        logger.warning("Intake: the batch of %d task(s) failed (%s); creating each on its own",
+                       len(pending), type(exc).__name__)
+        return _tasks_create_each(messages=messages, pending=pending, lookups=lookups)
+    for task in tasks:
+        _created_log(task)
+    return outcomes
+
+
+def _tasks_create_each(*, messages: list[dict], pending: list[tuple[int, dict[str, Any]]],
+                       lookups: _Lookups) -> dict[int, Outcome]:
+    """Create each envelope's task in a transaction of its own, as intake_message does."""
+    outcomes: dict[int, Outcome] = {}
+    for index, envelope in pending:
+        try:
+            outcomes[index] = Outcome(_task_create(
+                envelope=envelope, skill=lookups.skills[envelope["skill"]]))
+            _refusals_clear([messages[index]])
+        except Exception as exc:
+            _unexpected_record(message=messages[index], exc=exc)
+            outcomes[index] = Outcome.ERROR
+    return outcomes
 
 
 # Refused messages ------------------------------------------------------------------------
@@ -329,11 +481,12 @@ def intake_poll(
 ) -> dict[str, int]:
     """Long-poll the intake queue and handle each message; return counts per Outcome.
 
-    Receive until a receive comes back empty or budget_seconds are used. Each message is
-    handled on its own: an unexpected error on one is recorded and the rest go on. A
-    message is deleted after its transaction committed, and only when it is done with
-    (created, duplicate, recorded); the others stay, and the queue's redrive policy moves
-    them to the dead-letter queue. visibility_timeout overrides the queue's own for the
+    Receive until a receive comes back empty or budget_seconds are used. Each receive is
+    handled by intake_messages: its valid envelopes become tasks in one transaction, and
+    an unexpected error on one message is recorded and the rest go on. A message is
+    deleted after its transaction committed, and only when it is done with (created,
+    duplicate, recorded); the others stay, and the queue's redrive policy moves them to
+    the dead-letter queue. visibility_timeout overrides the queue's own for the
     received messages (None keeps it). Raise ExternalServiceError if SQS cannot be read.
     """
     url = aws.queue_url(name=settings.INBOX_INTAKE_QUEUE)
@@ -342,19 +495,16 @@ def intake_poll(
             url=url, wait_seconds=wait_seconds, budget_seconds=budget_seconds,
             max_messages=max_messages, visibility_timeout=visibility_timeout):
         done = []
-        for message in messages:
-            try:
-                outcome = Outcome(intake_message(message=message))
-            except Exception as exc:
-                _unexpected_record(message=message, exc=exc)
-                outcome = Outcome.ERROR
+        for message, outcome in zip(messages, intake_messages(messages=messages),
+                                    strict=True):
             counts[outcome] += 1
             if outcome in _DONE:
                 done.append(message)
         if done:
             # One DeleteMessageBatch per receive. Outside a transaction (how the poller
-            # runs) it deletes at once, after each intake_message committed; inside one it
-            # waits for the commit, so a rollback leaves the messages to be delivered again.
+            # runs) it deletes at once, after the receive's transactions committed; inside
+            # one it waits for the commit, so a rollback leaves the messages to be
+            # delivered again.
             transaction.on_commit(functools.partial(messages_done_delete, url=url,
                                                     messages=done, queue="Intake"))
     return {str(outcome): count for outcome, count in counts.items()}

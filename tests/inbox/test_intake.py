@@ -17,15 +17,23 @@ import pytest
 from django.core.cache import cache
 from django.core.management import call_command
 from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from accounts.roles import Role
 from accounts.services import skill_ensure
-from inbox.history import GENESIS_HASH
-from inbox.models import IntakeError, ProcessFailure, Task, TaskEvent, TaskState
+from inbox.history import GENESIS_HASH, events_verify
+from inbox.models import (
+    IntakeError,
+    ProcessFailure,
+    SignalOutbox,
+    Task,
+    TaskEvent,
+    TaskState,
+)
 from inbox.services import intake as intake_module
 from inbox.services.admin import intake_redrive
-from inbox.services.intake import intake_message, intake_poll
+from inbox.services.intake import intake_message, intake_messages, intake_poll
 from inbox.tasks import intake_poll_task
 from inbox.tokens import token_decrypt, token_digest
 from processes import aws
@@ -408,17 +416,28 @@ def test_a_refused_message_is_not_deleted(queues, review_skill):
 @pytest.mark.emulator
 @pytest.mark.django_db(transaction=True)
 def test_an_unexpected_error_is_recorded_and_the_batch_goes_on(queues, review_skill,
-                                                                monkeypatch):
-    """A failure no local service can produce is injected by patching the task's creation."""
+                                                                monkeypatch, caplog):
+    """A failure no local service can produce is injected by patching the task's creation.
+
+    The doomed row fails the receive's one multi-row insert (tasks_receive), as a row the
+    database refuses would, and then its own insert (task_receive): the batch's failure is
+    logged, each envelope is created on its own, and only the doomed one is an error.
+    """
     doomed = envelope()
-    original = intake_module.task_receive
+    original, original_batch = intake_module.task_receive, intake_module.tasks_receive
 
     def task_receive(**fields: Any) -> Task:
         if fields["execution_arn"] == doomed["execution"]:
             raise ValueError(f"boom near {doomed['taskToken']}")
         return original(**fields)
 
+    def tasks_receive(rows: list[dict[str, Any]]) -> list[Task]:
+        if any(fields["execution_arn"] == doomed["execution"] for fields in rows):
+            raise ValueError(f"boom near {doomed['taskToken']}")
+        return original_batch(rows)
+
     monkeypatch.setattr(intake_module, "task_receive", task_receive)
+    monkeypatch.setattr(intake_module, "tasks_receive", tasks_receive)
     others = [envelope(), envelope()]
     _send(queues, others[0])
     doomed_id = _send(queues, doomed)
@@ -433,6 +452,8 @@ def test_an_unexpected_error_is_recorded_and_the_batch_goes_on(queues, review_sk
     assert error.message_id == doomed_id
     assert error.problems == ["(unexpected): ValueError: boom near [redacted]"]
     assert _depth(queues["queue_url"]) == (0, 1)
+    assert "creating each on its own" in caplog.text
+    assert doomed["taskToken"] not in caplog.text
 
 
 @pytest.mark.emulator
@@ -489,19 +510,28 @@ def test_admins_redrive_from_the_intake_errors_page(queues, make_user, client):
 @pytest.mark.django_db(transaction=True)
 def test_no_log_record_of_the_intake_holds_a_token(queues, review_skill, make_user, caplog,
                                                     monkeypatch):
-    """Valid, duplicate, refused, failing and failure-notice messages, logged at DEBUG."""
+    """Valid, duplicate, refused, failing and failure-notice messages, logged at DEBUG.
+
+    The failing one fails its receive's batch insert, then its own (both patched).
+    """
     caplog.set_level(logging.DEBUG)
     make_user(roles=(Role.ADMIN,))
     valid, refused, failing = envelope(), envelope(priority=500), envelope()
     tokens = [valid["taskToken"], refused["taskToken"], failing["taskToken"], str(uuid.uuid4())]
-    original = intake_module.task_receive
+    original, original_batch = intake_module.task_receive, intake_module.tasks_receive
 
     def task_receive(**fields: Any) -> Task:
         if fields["execution_arn"] == failing["execution"]:
             raise RuntimeError(f"taskToken={failing['taskToken']} {failing['taskToken']}")
         return original(**fields)
 
+    def tasks_receive(rows: list[dict[str, Any]]) -> list[Task]:
+        if any(fields["execution_arn"] == failing["execution"] for fields in rows):
+            raise RuntimeError(f"taskToken={failing['taskToken']} {failing['taskToken']}")
+        return original_batch(rows)
+
     monkeypatch.setattr(intake_module, "task_receive", task_receive)
+    monkeypatch.setattr(intake_module, "tasks_receive", tasks_receive)
     for body in (valid, valid, refused, failing):
         _send(queues, body)
     _send(queues, {"kind": "process-failure/v1", "execution": valid["execution"],
@@ -522,6 +552,198 @@ def test_no_log_record_of_the_intake_holds_a_token(queues, review_skill, make_us
     for row in [*Task.objects.all(), *IntakeError.objects.all(), *ProcessFailure.objects.all()]:
         for token in tokens:
             assert token not in _row_text(row)
+
+
+# One receive, in one transaction -----------------------------------------------------------
+
+
+def _receive_checked(task: Task) -> None:
+    """Assert a task has exactly its receive event, whose chain verifies to the task's head."""
+    [event] = task.events.all()
+    assert (event.version, event.action, event.from_state, event.to_state) == (
+        1, "receive", "", TaskState.QUEUED)
+    assert event.prev_hash == GENESIS_HASH and task.chain_head == event.hash
+    assert events_verify(task=task) is None
+
+
+@pytest.mark.emulator
+@pytest.mark.django_db(transaction=True)
+def test_a_receive_makes_its_valid_tasks_records_the_invalid_and_skips_duplicates(
+    queues, review_skill, monkeypatch,
+):
+    """Four valid envelopes, a refused one, a second copy of a valid one and a copy of an
+    envelope taken before, in one receive: four tasks in one batch, one IntakeError, and
+    one DeleteMessageBatch of the six messages done with. A spy counts the SQS calls."""
+    before = envelope()
+    assert intake_message(message=sqs_message(before)) == "created"
+    valid = [envelope() for _ in range(4)]
+    refused = envelope(skill="no-such-skill")
+    calls: list[tuple[str, dict]] = []
+    real_call = aws._call
+
+    def spy(*, service, operation, **params):
+        calls.append((operation, params))
+        return real_call(service=service, operation=operation, **params)
+
+    monkeypatch.setattr(aws, "_call", spy)
+    ids = {_send(queues, body): name for body, name in [
+        (valid[0], "valid"), (refused, "refused"), (valid[1], "valid"), (valid[0], "again"),
+        (valid[2], "valid"), (before, "before"), (valid[3], "valid")]}
+    batches = []
+    real_batch = intake_module.tasks_receive
+
+    def tasks_receive(rows: list[dict[str, Any]]) -> list[Task]:
+        batches.append(len(rows))
+        return real_batch(rows)
+
+    monkeypatch.setattr(intake_module, "tasks_receive", tasks_receive)
+
+    counts = intake_poll(wait_seconds=0, max_messages=10)
+
+    assert [op for op, _ in calls if op == "receive_message"] == ["receive_message"] * 2
+    assert counts == {"created": 4, "duplicate": 2, "recorded": 0, "invalid": 1, "error": 0}
+    assert batches == [4]
+    tasks = Task.objects.exclude(token_digest=token_digest(before["taskToken"]))
+    assert sorted(t.token_digest for t in tasks) == sorted(
+        token_digest(body["taskToken"]) for body in valid)
+    for task in tasks:
+        _receive_checked(task)
+    [error] = IntakeError.objects.all()
+    assert ids[error.message_id] == "refused" and "skill:" in error.problems[0]
+    [delete] = [params for op, params in calls if op == "delete_message_batch"]
+    assert len(delete["Entries"]) == 6
+    assert "delete_message" not in [op for op, _ in calls]
+    # Only the refused message stays, in flight until its visibility timeout.
+    assert _depth(queues["queue_url"]) == (0, 1)
+
+
+def test_the_batch_writes_the_rows_task_receive_writes(review_skill):
+    """The same envelope through intake_message (task_receive) and in a receive of two
+    (tasks_receive): the same task columns, the same event, each chain verifying."""
+    alone, first, second = envelope(), envelope(), envelope()
+    assert intake_message(message=sqs_message(alone)) == "created"
+    assert intake_messages(messages=[sqs_message(first), sqs_message(second)]) == [
+        "created", "created"]
+
+    rows = {row.token_digest: row for row in Task.objects.all()}
+    one, batched = rows[token_digest(alone["taskToken"])], rows[token_digest(first["taskToken"])]
+    differ = {"id", "token_ciphertext", "token_digest", "execution_arn", "created_at",
+              "overall_deadline", "chain_head"}
+    for field in Task._meta.concrete_fields:
+        if field.name not in differ:
+            assert getattr(one, field.attname) == getattr(batched, field.attname), field.name
+    assert token_decrypt(batched.token_ciphertext) == first["taskToken"]
+    event_fields = ("version", "action", "from_state", "to_state", "actor_id", "actor_label",
+                    "reason", "data")
+    [event_one], [event_batched] = one.events.all(), batched.events.all()
+    assert [getattr(event_one, name) for name in event_fields][:-1] == [
+        getattr(event_batched, name) for name in event_fields][:-1]
+    assert event_batched.data == {"overall_deadline": batched.overall_deadline.isoformat()}
+    for task in rows.values():
+        _receive_checked(task)
+
+
+@pytest.mark.parametrize("bus", ["", "default"])
+def test_a_receive_s_statements_do_not_grow_with_its_size(review_skill, settings, bus):
+    """Two envelopes and ten take the same statements: a receive is one batch.
+
+    With a signals bus set, each task's signal is written too, in one INSERT.
+    """
+    settings.INBOX_SIGNALS_BUS = bus
+    statements = {}
+    for size in (2, 10):
+        messages = [sqs_message(envelope()) for _ in range(size)]
+        with CaptureQueriesContext(connection) as queries:
+            assert intake_messages(messages=messages) == ["created"] * size
+        statements[size] = [query["sql"].split(" ", 1)[0] for query in queries.captured_queries]
+
+    assert statements[2] == statements[10]
+    assert statements[10].count("INSERT") == (3 if bus else 2)
+    assert Task.objects.count() == TaskEvent.objects.count() == 12
+    assert SignalOutbox.objects.count() == (12 if bus else 0)
+
+
+def test_a_receive_of_redeliveries_clears_their_intake_errors(review_skill):
+    """Refused on a first receive (the skill did not exist), taken on a later one."""
+    body = envelope(skill="created-later")
+    message = sqs_message(body)
+    assert intake_messages(messages=[message]) == ["invalid"]
+    skill_ensure(slug="created-later", name="Created later")
+    again = {**message, "Attributes": {"ApproximateReceiveCount": "2"}}
+
+    assert intake_messages(messages=[again, sqs_message(envelope())]) == ["created", "created"]
+
+    assert not IntakeError.objects.exists()
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_token_taken_by_another_poller_after_the_batch_read_is_a_duplicate(
+    review_skill, monkeypatch, caplog,
+):
+    """The race the batch's read cannot see: another poller commits one of its envelopes
+    between the read of the taken digests and the INSERT (forced: a thread commits it
+    there, through a patched tasks_receive). The INSERT fails on the unique digest; each
+    envelope is then created on its own, and the one taken meanwhile is a duplicate."""
+    messages = [sqs_message(envelope()) for _ in range(4)]
+    real_batch = intake_module.tasks_receive
+    other: list[str] = []
+
+    def tasks_receive(rows: list[dict[str, Any]]) -> list[Task]:
+        def poller() -> None:
+            try:
+                other.append(intake_message(message=messages[2]))
+            finally:
+                connection.close()
+
+        thread = threading.Thread(target=poller)
+        thread.start()
+        thread.join()
+        return real_batch(rows)
+
+    monkeypatch.setattr(intake_module, "tasks_receive", tasks_receive)
+
+    outcomes = intake_messages(messages=messages)
+
+    assert other == ["created"]
+    assert outcomes == ["created", "created", "duplicate", "created"]
+    assert "IntegrityError" in caplog.text
+    assert Task.objects.count() == TaskEvent.objects.count() == 4
+    for task in Task.objects.all():
+        _receive_checked(task)
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_pollers_racing_on_copies_of_one_receive_make_each_task_once(review_skill):
+    """Four threads handle copies of the same ten messages at once: ten tasks, thirty
+    duplicates, whichever way their batches interleave."""
+    messages = [sqs_message(envelope()) for _ in range(10)]
+    racers = 4
+    start = threading.Barrier(racers)
+    outcomes: list[str] = []
+    errors: list[BaseException] = []
+
+    def deliver() -> None:
+        try:
+            start.wait()
+            outcomes.extend(intake_messages(messages=messages))
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=deliver) for _ in range(racers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+    assert errors == []
+    assert sorted(outcomes) == ["created"] * 10 + ["duplicate"] * 30
+    assert Task.objects.count() == TaskEvent.objects.count() == 10
+    for task in Task.objects.all():
+        _receive_checked(task)
 
 
 # Celery and the command --------------------------------------------------------------------
