@@ -40,7 +40,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _d2_common as common
-from _common import machine_print, scratch_database, table
+from _common import goal_print, machine_print, scratch_database, table
 
 QUEUE_EMPTY_ATTRIBUTES = ("ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible")
 
@@ -106,6 +106,8 @@ def run(*, count: int, depth: int) -> None:
     raw = (rounds[0][1] + rounds[2][1]) / 2
     print(f"\nintake / raw limit (mean of both raw rounds): {rounds[1][1] / raw:.2f} "
           f"({rounds[1][1]:.1f} vs {raw:.1f} envelopes/s)")
+    goal_print("intake / plain receive + delete, envelopes per second", rounds[1][1] / raw,
+               0.8, unit="x")
 
 
 class _SqsCalls:
