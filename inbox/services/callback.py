@@ -41,6 +41,7 @@ import random
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from enum import StrEnum
 from functools import reduce
 from typing import Any
@@ -307,6 +308,8 @@ def _delivered(rows: list[Outbox], *, status: OutboxStatus, sent_at: datetime.da
                note: str = "") -> None:
     """Record that Step Functions has the rows' decisions, and close their tasks, in one
     transaction of a fixed number of statements however many rows there are."""
+    if not rows:
+        return
     with transaction.atomic():
         # Only from pending: the truth (it landed) wins over a retry still in flight, and
         # a row already settled by another sender is left alone.
@@ -432,20 +435,30 @@ def outbox_drain(*, batch: int = 100, budget_seconds: float = 0.0) -> int:
 
     One batch claims up to batch rows (and no more than one window of the SendTask rate);
     after a full batch another follows while budget_seconds (from the start) last and
-    the rate limit granted every permit. A row never tried belongs to its on_commit task
-    until INBOX_OUTBOX_DRAIN_GRACE_SECONDS after it was due (a decision is due once its
-    undo window closed, and its task is enqueued for then); the drain takes it only once
-    that task had time to run. Call it outside any transaction: it calls Step Functions.
+    the rate limit granted every permit, its calls on their way while the batch before
+    is recorded. A row never tried belongs to its on_commit task until
+    INBOX_OUTBOX_DRAIN_GRACE_SECONDS after it was due (a decision is due once its undo
+    window closed, and its task is enqueued for then); the drain takes it only once that
+    task had time to run. Call it outside any transaction: it calls Step Functions.
     """
     deadline = time.monotonic() + budget_seconds
     handled = 0
-    while True:
-        limit = min(batch, int(_setting("INBOX_SENDTASK_RATE")))
-        rows = _claim_due(limit=limit) if limit > 0 else []
-        done, limited = _drain_batch(rows)
-        handled += done
-        if limited or len(rows) < limit or time.monotonic() >= deadline:
-            return handled
+    senders = max(1, int(_setting("INBOX_CALLBACK_SENDERS")))
+    with ThreadPoolExecutor(max_workers=senders, thread_name_prefix="callback-send") as pool:
+        previous: _Sending | None = None
+        while True:
+            limit = min(batch, int(_setting("INBOX_SENDTASK_RATE")))
+            rows = _claim_due(limit=limit) if limit > 0 else []
+            ready, settled = _prepared(rows)
+            sending = _send_start(pool, ready)
+            handled += settled
+            if previous is not None:
+                handled += _recorded(previous)
+            previous = sending
+            if sending.held_back or len(rows) < limit or time.monotonic() >= deadline:
+                break
+        # Leaving the pool waits for the last batch's calls (recorded below) to return.
+    return handled + _recorded(previous)
 
 
 def _claim_due(*, limit: int) -> list[Outbox]:
@@ -498,11 +511,18 @@ _SENT_FIELDS = ("task", "decision_version", "kind", "output", "error", "cause", 
                 "task__execution_arn", "task__stage", "task__entered_at")
 
 
-def _drain_batch(rows: list[Outbox]) -> tuple[int, bool]:
-    """Send the claimed rows at once and record what came of each; return how many were
-    handled, and whether the rate limit held some back (given back, for a later drain)."""
-    handled = 0
+@dataclass
+class _Sending:
+    """A batch on its way: each row's call in the pool, and the rows held back."""
+
+    calls: list[tuple[Outbox, str, Future]]
+    held_back: list[Outbox]
+
+
+def _prepared(rows: list[Outbox]) -> tuple[list[tuple[Outbox, str]], int]:
+    """Return the claimed rows to send with their tokens, and how many were made dead."""
     ready: list[tuple[Outbox, str]] = []
+    dead = 0
     for row in rows:
         try:
             token = _token_or_dead(row)
@@ -511,15 +531,51 @@ def _drain_batch(rows: list[Outbox]) -> tuple[int, bool]:
             logger.exception("Callback %s could not be sent", row.pk)
             continue
         if token is None:
-            handled += 1
+            dead += 1
         else:
             ready.append((row, token))
-    calls, held_back = _send_all(ready)
+    return ready, dead
+
+
+def _send_start(pool: ThreadPoolExecutor, ready: list[tuple[Outbox, str]]) -> _Sending:
+    """Hand each row to the pool once the rate limit granted its permit; give back (for a
+    later drain) the rows still without one after INBOX_SENDTASK_MAX_WAIT_SECONDS."""
+    calls: list[tuple[Outbox, str, Future]] = []
+    waiting = list(ready)
+    rate = int(_setting("INBOX_SENDTASK_RATE"))
+    max_wait = float(_setting("INBOX_SENDTASK_MAX_WAIT_SECONDS"))
+    pause, deadline = 0.0, time.monotonic() + max_wait
+    while waiting:
+        # Before any call: the permits of the whole batch, in one increment.
+        permit = rate_take(name=SENDTASK, limit=rate, count=len(waiting))
+        if permit.calls:
+            # The wait is bounded from the last permit granted, as _rate_wait's is.
+            deadline = time.monotonic() + max_wait
+        for row, token in waiting[:permit.calls]:
+            calls.append((row, token, pool.submit(_attempt, row, token=token)))
+        waiting = waiting[permit.calls:]
+        if not waiting:
+            break
+        # Spread the waiters over the start of the next window.
+        pause = permit.wait + random.uniform(0, 0.05)  # noqa: S311 (jitter, not a secret)
+        if time.monotonic() + pause > deadline:
+            break
+        time.sleep(pause)
+    held_back = [row for row, _ in waiting]
+    if held_back:
+        _release(held_back, delay=pause)
+    return _Sending(calls=calls, held_back=held_back)
+
+
+def _recorded(sending: _Sending | None) -> int:
+    """Wait for the batch's calls and record what came of each; return how many got an
+    outcome (a crash mid-call is none: the row's lease brings it back later)."""
+    if sending is None:
+        return 0
     accepted, refused = [], []
-    for (row, token), call in calls:
+    for row, token, call in sending.calls:
         crash = call.exception()
         if crash is not None:
-            # A crash mid-call: not an outcome; the row's lease brings it back later.
             logger.error("Callback %s could not be sent", row.pk,
                          exc_info=(type(crash), crash, crash.__traceback__))
         elif (refusal := call.result()) is not None:
@@ -527,48 +583,12 @@ def _drain_batch(rows: list[Outbox]) -> tuple[int, bool]:
         else:
             accepted.append(row)
     _delivered(accepted, status=OutboxStatus.SENT, sent_at=timezone.now())
-    handled += len(accepted)
-    for row, token, failure in refused:
+    handled = len(accepted)
+    for row, token, refusal in refused:
         try:
-            _refused(row, token=token, exc=failure)
+            _refused(row, token=token, exc=refusal)
         except Exception:
             logger.exception("Callback %s could not be recorded", row.pk)
             continue
         handled += 1
-    return handled, bool(held_back)
-
-
-def _send_all(ready: list[tuple[Outbox, str]]
-              ) -> tuple[list[tuple[tuple[Outbox, str], Future]], list[Outbox]]:
-    """Send the rows through a bounded pool of threads, each once the rate limit granted
-    its permit; return each call (done) and the rows given back for want of permits."""
-    calls: list[tuple[tuple[Outbox, str], Future]] = []
-    waiting = list(ready)
-    if not waiting:
-        return calls, []
-    rate = int(_setting("INBOX_SENDTASK_RATE"))
-    max_wait = float(_setting("INBOX_SENDTASK_MAX_WAIT_SECONDS"))
-    senders = max(1, min(int(_setting("INBOX_CALLBACK_SENDERS")), len(waiting)))
-    pause, deadline = 0.0, time.monotonic() + max_wait
-    with ThreadPoolExecutor(max_workers=senders, thread_name_prefix="callback-send") as pool:
-        while waiting:
-            # Before any call: the permits of the whole batch, in one increment.
-            permit = rate_take(name=SENDTASK, limit=rate, count=len(waiting))
-            if permit.calls:
-                # The wait is bounded from the last permit granted, as _rate_wait's is.
-                deadline = time.monotonic() + max_wait
-            for one in waiting[:permit.calls]:
-                calls.append((one, pool.submit(_attempt, one[0], token=one[1])))
-            waiting = waiting[permit.calls:]
-            if not waiting:
-                break
-            # Spread the waiters over the start of the next window.
-            pause = permit.wait + random.uniform(0, 0.05)  # noqa: S311 (jitter, not a secret)
-            if time.monotonic() + pause > deadline:
-                break
-            time.sleep(pause)
-    # Leaving the pool waited for every call it was given.
-    held_back = [row for row, _ in waiting]
-    if held_back:
-        _release(held_back, delay=pause)
-    return calls, held_back
+    return handled
