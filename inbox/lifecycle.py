@@ -28,6 +28,7 @@ from django.utils import timezone
 from accounts.models import Skill, User
 from config.errors import Conflict, InboxError, NotFound
 from inbox import effects
+from inbox.bulk import rows_update
 from inbox.effects import Effect
 from inbox.history import event_new, event_save
 from inbox.models import (
@@ -586,7 +587,7 @@ def transitions_apply(*, action: str, tasks: list[Task], system: str = "",
         passes += step.passes
     if done:
         fields = sorted({name for one in done for name in one.fields})
-        Task.objects.bulk_update([one.task for one in done], fields)
+        rows_update(Task, [one.task for one in done], fields)
         TaskEvent.objects.bulk_create([one.event for one in done])
         passes_write(passes, now=now)
         Outbox.objects.bulk_create([one.outbox for one in done if one.outbox is not None])
