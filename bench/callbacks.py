@@ -2,7 +2,8 @@
 
 Usage (PostgreSQL and Redis; makes and drops its own database):
     .venv/bin/python bench/callbacks.py [--executions 500] [--live 100] [--live-rate 10]
-                                        [--quick]
+                                        [--instant 2000] [--compare 400] [--batch 100]
+                                        [--senders 8] [--capacity-rate 5000] [--quick]
 
 It runs on the PostgreSQL server of DATABASE_URL (default: local, user postgres) in a
 database of its own, inbox_bench_d2_callbacks_<pid>; REDIS_URL (default Redis database
@@ -12,29 +13,56 @@ database.
 
 Real executions of a one-human-stage process run on the local emulator; the intake turns
 their envelopes into tasks; one worker takes each (``dispatch.task_take_next``) and
-completes it (``services.task_complete``, which writes the outbox row). Two phases:
+completes it (``services.task_complete``, which writes the outbox row). Four phases:
 
 1. backlog: K tasks are completed first, then the outbox is drained by
    ``inbox.services.callback.outbox_drain`` (what the Celery beat task runs), in a loop, in this
-   process: callbacks/s of one sender. The drain's grace for fresh rows is set to 0 here
+   process: callbacks/s of one drain (its batch sent by INBOX_CALLBACK_SENDERS threads)
+   at the production SendTask rate. The drain's grace for fresh rows is set to 0 here
    (it leaves rows to their on-commit Celery task, and no worker runs in this phase); the
    latency (outbox created_at to sent_at) then includes the wait in the backlog.
-2. live: L tasks are completed at a steady pace while a real Celery worker (a subprocess,
+2. instant endpoint: N tasks (inserted queued in bulk, then taken and completed through
+   the services) are drained against bench/_instant_sfn.py, a local endpoint (a child
+   process) that answers every SendTask* call at once with ``{}``: AWS_ENDPOINT_URL points
+   at it for this phase only. What the drain itself can do when Step Functions costs
+   nothing; the CPU per callback is this process's (PostgreSQL's backends not counted).
+3. drain vs plain loop, on the emulator: 2M real executions wait at their human stage;
+   M tasks are completed and drained, and the other M tokens are answered by a plain
+   boto3 SendTaskSuccess loop (a client of its own, no database, no rate limit) with as
+   many threads as the drain has senders. Run in halves, drain-plain-plain-drain, so a
+   drift of the emulator over the run weighs on both alike; the ratio is drain/plain.
+4. live: L tasks are completed at a steady pace while a real Celery worker (a subprocess,
    prefork, 2 processes) runs ``callback_send_task`` as enqueued on commit: the latency of
    the production path at that load.
+
+In phases 2 and 3 the rate limit is still asked for every send (through Redis) but set
+to --capacity-rate, far above the SendTask quota, so that it does not bind: they measure
+capacity. Phases 1 and 4 run at the production INBOX_SENDTASK_RATE.
 
 Every execution must end SUCCEEDED, and every outbox row be sent, or the script fails.
 """
 
 import argparse
+import json
 import os
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _d2_common as common
-from _common import machine_print, percentile, scratch_database, table, workers_create
+from _common import (
+    cycle,
+    free_port,
+    goal_print,
+    machine_print,
+    percentile,
+    scratch_database,
+    table,
+    tasks_insert,
+    workers_create,
+)
 
 
 def main() -> None:
@@ -43,32 +71,52 @@ def main() -> None:
     parser.add_argument("--live", type=int, default=100, help="L, completed at a pace")
     parser.add_argument("--live-rate", type=float, default=10.0,
                         help="completions per second in the live phase")
-    parser.add_argument("--quick", action="store_true", help="K=50, L=20")
+    parser.add_argument("--instant", type=int, default=2000,
+                        help="N, drained against the instant endpoint")
+    parser.add_argument("--compare", type=int, default=400,
+                        help="M, drained and answered by the plain loop each, on the emulator")
+    parser.add_argument("--batch", type=int, default=100, help="outbox_drain's batch")
+    parser.add_argument("--senders", type=int, default=None,
+                        help="INBOX_CALLBACK_SENDERS (default: the setting's)")
+    parser.add_argument("--capacity-rate", type=int, default=5000,
+                        help="INBOX_SENDTASK_RATE in phases 2 and 3")
+    parser.add_argument("--profile", action="store_true",
+                        help="print a profile (cProfile, all threads) of the instant phase")
+    parser.add_argument("--quick", action="store_true", help="K=50, L=20, N=500, M=100")
     args = parser.parse_args()
     if args.quick:
-        args.executions, args.live = 50, 20
+        args.executions, args.live, args.instant, args.compare = 50, 20, 500, 100
 
+    # The undo window off: a decision is due once committed, so the figures measure the
+    # sending, not INBOX_UNDO_SECONDS of waiting (the live worker reads it too).
+    os.environ["INBOX_UNDO_SECONDS"] = "0"
     common.environment(broker="redis")
     with (common.var_dir_kept_on_failure(),
           scratch_database(f"inbox_bench_d2_callbacks_{os.getpid()}"),
           common.emulator() as children):
         common.logs_to_file()
-        run(backlog=args.executions, live=args.live, live_rate=args.live_rate,
-            children=children)
+        run(args, children=children)
 
 
-def run(*, backlog: int, live: int, live_rate: float, children: common.Children) -> None:
+def run(args: argparse.Namespace, *, children: common.Children) -> None:
     from django.conf import settings
 
     from config.celery import app
 
+    backlog, live, live_rate, batch = args.executions, args.live, args.live_rate, args.batch
+    if args.senders:
+        settings.INBOX_CALLBACK_SENDERS = args.senders
+    senders = settings.INBOX_CALLBACK_SENDERS
     skill_id = common.process_ready()
     [worker_id] = workers_create(1, skills_of=lambda i: [skill_id], capacity=100)
-    print(f"Callbacks benchmark: backlog of {backlog:,}, then {live:,} live at "
-          f"{live_rate:g}/s")
+    print(f"Callbacks benchmark: backlog of {backlog:,}; {args.instant:,} against an instant "
+          f"endpoint; {args.compare:,} drained and {args.compare:,} by a plain loop on the "
+          f"emulator; then {live:,} live at {live_rate:g}/s")
     machine_print()
+    production_rate = settings.INBOX_SENDTASK_RATE
     print(f"SendTask rate limit (INBOX_SENDTASK_RATE, shared through Redis): "
-          f"{settings.INBOX_SENDTASK_RATE}/s")
+          f"{production_rate}/s in phases 1 and 4, {args.capacity_rate}/s in 2 and 3")
+    print(f"outbox_drain batch {batch}, {senders} sender threads (INBOX_CALLBACK_SENDERS)")
     # Celery messages left over from an interrupted run would be sent by the live worker.
     app.control.purge()
     rows = []
@@ -81,28 +129,50 @@ def run(*, backlog: int, live: int, live_rate: float, children: common.Children)
     # Their on-commit sends went to the broker, and no worker runs: the drain sends them.
     app.control.purge()
     settings.INBOX_OUTBOX_DRAIN_GRACE_SECONDS = 0
-    elapsed = _drain()
-    rows.append(_row("backlog, outbox_drain (1 sender)", backlog, elapsed, since=0))
+    elapsed, _ = _drain(batch=batch)
+    rows.append(_row(f"backlog, outbox_drain ({senders} senders)", backlog, elapsed,
+                     since=0))
     common.executions_check(arns)
 
+    settings.INBOX_SENDTASK_RATE = args.capacity_rate
+    instant = _instant_phase(count=args.instant, batch=batch, skill_id=skill_id,
+                             worker_id=worker_id, children=children, profile=args.profile)
+    rows.append(instant)
+    app.control.purge()
+    compared, ratio = _compare_phase(count=args.compare, batch=batch, senders=senders,
+                                     worker_id=worker_id, since=backlog + args.instant)
+    rows += compared
+    app.control.purge()
+    settings.INBOX_SENDTASK_RATE = production_rate
+    done = backlog + args.instant + 2 * args.compare  # tasks so far
+
     arns = common.executions_start(count=live, prefix="live")
-    common.tasks_wait(count=backlog + live, timeout=60 + live * 0.2, poll=True)
+    common.tasks_wait(count=done + live, timeout=60 + live * 0.2, poll=True)
     children.start("celery worker", [
         common.PYTHON, "-m", "celery", "-A", "config", "worker", "--pool", "prefork",
         "--concurrency", "2", "--loglevel", "INFO", "--without-gossip", "--without-mingle",
     ], ready=" ready.")
     started = time.monotonic()
     _complete(worker_id=worker_id, count=live, rate=live_rate)
-    _sent_wait(total=backlog + live, children=children)
+    _sent_wait(total=backlog + args.instant + args.compare + live, children=children)
     rows.append(_row(f"live at {live_rate:g}/s, Celery worker", live,
-                     time.monotonic() - started, since=backlog))
+                     time.monotonic() - started, since=backlog + args.instant + args.compare))
     common.executions_check(arns)
 
     print()
-    print(table(["phase", "callbacks", "seconds", "callbacks/s", "latency p50 ms",
-                 "p95 ms", "p99 ms"], rows))
+    print(table(["phase", "callbacks", "seconds", "callbacks/s", "CPU ms each",
+                 "latency p50 ms", "p95 ms", "p99 ms"], rows))
     print("Latency: outbox row created (in the complete transaction) to SendTaskSuccess "
-          "returned (sent_at).")
+          "returned (sent_at); for the drains it includes the wait in the backlog. CPU: "
+          "this process's, per callback (PostgreSQL, the endpoint and the emulator not "
+          "counted; '-' where the process ran other work).")
+    print(f"\nDrain against the instant endpoint: {instant[3]:,.0f} callbacks/s. Drain vs a "
+          f"plain boto3 SendTaskSuccess loop on the emulator, {senders} threads each: "
+          f"{ratio:.2f}x")
+    goal_print("callbacks drain, instant endpoint, callbacks per second", instant[3], 500.0,
+               unit="/s")
+    goal_print("callbacks drain / plain SendTaskSuccess loop, on the emulator", ratio, 0.8,
+               unit="x")
 
 
 def _complete(*, worker_id: int, count: int, rate: float | None) -> float:
@@ -122,15 +192,147 @@ def _complete(*, worker_id: int, count: int, rate: float | None) -> float:
     return time.monotonic() - started
 
 
-def _drain() -> float:
-    """Run outbox_drain until no row is pending; return the seconds."""
+def _drain(*, batch: int) -> tuple[float, float]:
+    """Run outbox_drain until no row is pending; return the seconds and this process's CPU."""
     from inbox.models import Outbox, OutboxStatus
     from inbox.services.callback import outbox_drain
 
-    started = time.monotonic()
+    started, cpu = time.monotonic(), time.process_time()
     while Outbox.objects.filter(status=OutboxStatus.PENDING).exists():
-        outbox_drain(batch=100)
-    return time.monotonic() - started
+        # Batch after batch while they come full, each sent while the one before is
+        # recorded (what the beat task does for up to 4 s).
+        outbox_drain(batch=batch, budget_seconds=600)
+    return time.monotonic() - started, time.process_time() - cpu
+
+
+def _instant_phase(*, count: int, batch: int, skill_id: int, worker_id: int,
+                   children: common.Children, profile: bool) -> list:
+    """Drain count completed tasks against the instant endpoint; return the table row."""
+    from django.conf import settings
+    from django.db import connection
+
+    from inbox.models import Outbox, Task
+    from inbox.tokens import token_encrypt
+
+    port = free_port()
+    children.start("instant endpoint", [common.PYTHON, str(Path(__file__).parent /
+                                                         "_instant_sfn.py"), str(port)],
+                   ready="Instant endpoint ready")
+    since, sent_before = Task.objects.count(), Outbox.objects.count()
+    # The endpoint reads no token: one ciphertext serves every task (digests stay unique).
+    ciphertext = token_encrypt("bench-instant-endpoint-token").hex()
+    with connection.cursor() as cursor:
+        tasks_insert(cursor, count=count, start=since + 1,
+                     skill_id=cycle([skill_id]), token_ciphertext=f"'\\x{ciphertext}'::bytea",
+                     process_name="'bench-review'", form="'approve-reject'",
+                     priority="50", created_at="now() + n * interval '1 millisecond'")
+    completed = _complete(worker_id=worker_id, count=count, rate=None)
+    print(f"\n{count:,} more tasks (bulk-inserted) taken and completed in {completed:.1f} s")
+    emulator = settings.AWS_ENDPOINT_URL
+    settings.AWS_ENDPOINT_URL = f"http://127.0.0.1:{port}"
+    try:
+        if profile:
+            elapsed, cpu = _profiled(lambda: _drain(batch=batch))
+        else:
+            elapsed, cpu = _drain(batch=batch)
+    finally:
+        settings.AWS_ENDPOINT_URL = emulator
+    row = _row("instant endpoint, outbox_drain", count, elapsed, since=sent_before)
+    row[4] = cpu / count * 1000
+    return row
+
+
+def _profiled(run):
+    """Run run() under cProfile in every thread (the drain's senders too); print the top."""
+    import cProfile
+    import pstats
+    import threading
+
+    profiles = [cProfile.Profile()]
+
+    def thread_profile(*args):
+        # Each new thread profiles itself from its first event, into a profile of its own.
+        sys.setprofile(None)
+        profiles.append(one := cProfile.Profile())
+        one.enable()
+
+    threading.setprofile(thread_profile)
+    profiles[0].enable()
+    try:
+        result = run()
+    finally:
+        profiles[0].disable()
+        threading.setprofile(None)
+    # The sender threads ended with the drain's pool; their profiles stop there.
+    stats = pstats.Stats(profiles[0])
+    for one in profiles[1:]:
+        stats.add(one)
+    print("\nProfile of the instant phase's drain (all threads, by own time):")
+    stats.sort_stats("tottime").print_stats(25)
+    return result
+
+
+def _compare_phase(*, count: int, batch: int, senders: int, worker_id: int,
+                   since: int) -> tuple[list, float]:
+    """Drain count callbacks, and answer count more tokens by a plain boto3 loop, on the
+    emulator, in halves (drain, plain, plain, drain); return the table rows and the ratio."""
+    from django.conf import settings
+
+    from inbox.models import Task, TaskState
+    from inbox.tokens import token_decrypt
+
+    arns = common.executions_start(count=2 * count, prefix="compare")
+    common.tasks_wait(count=Task.objects.count() + 2 * count, timeout=60 + count * 0.4,
+                      poll=True)
+    halves = [count // 2, count - count // 2]
+    drained = plain = 0.0
+    drain_cpu = plain_cpu = 0.0
+    for order, half in zip(("drain plain", "plain drain"), halves, strict=True):
+        for what in order.split():
+            if what == "drain":
+                _complete(worker_id=worker_id, count=half, rate=None)
+                seconds, cpu = _drain(batch=batch)
+                drained += seconds
+                drain_cpu += cpu
+            else:
+                # Queued tasks nobody took: their tokens wait at the emulator.
+                ciphertexts = list(Task.objects.filter(state=TaskState.QUEUED)
+                                   .order_by("-created_at")
+                                   .values_list("token_ciphertext", flat=True)[:half])
+                tokens = [token_decrypt(c) for c in ciphertexts]
+                seconds, cpu = _plain_loop(tokens, threads=senders,
+                                           endpoint=settings.AWS_ENDPOINT_URL,
+                                           region=settings.AWS_REGION)
+                plain += seconds
+                plain_cpu += cpu
+                # Answered outside the inbox: these tasks leave the bench's queue.
+                Task.objects.filter(token_ciphertext__in=ciphertexts).update(
+                    state=TaskState.CANCELLED)
+    common.executions_check(arns)
+    drain_row = _row("emulator, outbox_drain", count, drained, since=since)
+    drain_row[4] = drain_cpu / count * 1000
+    plain_row = ["emulator, plain boto3 loop", count, plain, count / plain,
+                 plain_cpu / count * 1000, float("nan"), float("nan"), float("nan")]
+    return [drain_row, plain_row], drain_row[3] / plain_row[3]
+
+
+def _plain_loop(tokens: list[str], *, threads: int, endpoint: str,
+                region: str) -> tuple[float, float]:
+    """Answer each token with SendTaskSuccess from a plain boto3 client on threads."""
+    import boto3
+    from botocore.config import Config
+
+    client = boto3.session.Session().client(
+        "stepfunctions", region_name=region, endpoint_url=endpoint,
+        aws_access_key_id="testing", aws_secret_access_key="testing",  # noqa: S106
+        config=Config(max_pool_connections=max(10, threads)))
+    output = json.dumps({"answer": {"decision": "approve"}, "worker": "1",
+                         "completedAt": "2026-01-01T00:00:00+00:00"})
+    started, cpu = time.monotonic(), time.process_time()
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        list(pool.map(lambda token: client.send_task_success(taskToken=token, output=output),
+                      tokens))
+    return time.monotonic() - started, time.process_time() - cpu
 
 
 def _sent_wait(*, total: int, children: common.Children, timeout: float = 120) -> None:
@@ -155,7 +357,7 @@ def _row(name: str, count: int, elapsed: float, *, since: int) -> list:
     if len(outbox) != count or unsent:
         raise RuntimeError(f"{name}: {len(outbox)} rows, not sent: {unsent[:5]}")
     latencies = [(row.sent_at - row.created_at).total_seconds() * 1000 for row in outbox]
-    return [name, count, elapsed, count / elapsed,
+    return [name, count, elapsed, count / elapsed, float("nan"),
             *(percentile(latencies, p) for p in (50, 95, 99))]
 
 

@@ -252,6 +252,8 @@ INBOX_SENDTASK_RATE = env_int("INBOX_SENDTASK_RATE", 250, minimum=0)
 INBOX_HEARTBEAT_SHARE_PERCENT = env_int("INBOX_HEARTBEAT_SHARE_PERCENT", 50, minimum=0,
                                         maximum=100)
 INBOX_CALLBACK_MAX_ATTEMPTS = env_int("INBOX_CALLBACK_MAX_ATTEMPTS", 8, minimum=1, maximum=50)
+# Threads with which one outbox drain sends its batch at once (each within that budget).
+INBOX_CALLBACK_SENDERS = env_int("INBOX_CALLBACK_SENDERS", 8, minimum=1, maximum=32)
 # A worker's complete or reject waits this many seconds before it is sent, and until then
 # they may take it back (undo); 0 sends at once and turns undo off.
 INBOX_UNDO_SECONDS = env_int("INBOX_UNDO_SECONDS", 5, minimum=0, maximum=60)

@@ -32,6 +32,7 @@ from django.utils import timezone
 from accounts.models import Skill, User, WorkerSkill
 from config.errors import Conflict, InboxError, NotFound
 from inbox import effects
+from inbox.bulk import rows_update
 from inbox.effects import Effect
 from inbox.history import event_new, event_save
 from inbox.models import (
@@ -671,7 +672,7 @@ def transitions_apply(*, action: str, tasks: list[Task], system: str = "",
         passes += step.passes
     if done:
         fields = sorted({name for one in done for name in one.fields})
-        _tasks_update([one.task for one in done], fields)
+        rows_update(Task, [one.task for one in done], fields)
         TaskEvent.objects.bulk_create([one.event for one in done])
         passes_write(passes, now=now)
         Outbox.objects.bulk_create([one.outbox for one in done if one.outbox is not None])
@@ -736,32 +737,6 @@ def _from_row(model: type, values: tuple[Any, ...], connection: Any) -> Any:
         # What the ORM does to a column read back (JSON text to Python, on psycopg).
         field.from_db_value(value, None, connection) if hasattr(field, "from_db_value")
         else value for field, value in zip(fields, values, strict=True)])
-
-
-def _tasks_update(tasks: list[Task], fields: list[str]) -> None:
-    """Write fields of every task (as in memory) in one UPDATE.
-
-    On PostgreSQL from one array per column (UPDATE ... FROM unnest(...)): bulk_update's
-    CASE WHEN per task and column costs more to build than the statement costs to run (60%
-    of a backlog sweep's time). Elsewhere bulk_update.
-    """
-    connection = transaction.get_connection()
-    if connection.vendor != "postgresql":
-        Task.objects.bulk_update(tasks, fields)
-        return
-    quote = connection.ops.quote_name
-    columns = [Task._meta.pk, *(Task._meta.get_field(name) for name in fields)]
-    names = [quote(column.column) for column in columns]
-    arrays = ", ".join(f"%s::{column.cast_db_type(connection)}[]" for column in columns)
-    sets = ", ".join(f"{name} = v.{name}" for name in names[1:])
-    # Only the model's own names are formatted in; every value is a parameter.
-    sql = (f"UPDATE {quote(Task._meta.db_table)} t SET {sets} FROM unnest({arrays}) "  # noqa: S608
-           f"AS v({', '.join(names)}) WHERE t.{names[0]} = v.{names[0]}")
-    with connection.cursor() as cursor:
-        cursor.execute(
-            sql,
-            [[column.get_db_prep_save(getattr(task, column.attname), connection)
-              for task in tasks] for column in columns])
 
 
 def _skills_load(tasks: list[Task]) -> None:

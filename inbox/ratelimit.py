@@ -1,8 +1,9 @@
 """A fixed-window rate limit shared by every process through Django's cache.
 
 Each window (``window_seconds`` long, aligned on the wall clock) has a counter in the
-cache; a call is allowed while the counter, after its increment, is at most the limit.
-With Redis (production) the increment is Redis' own atomic INCR, so all web and worker
+cache; a call is allowed while the counter, after its increment, is at most the limit. A
+batch of calls (the outbox drain's) takes its permits in one increment of the counter.
+With Redis (production) the increment is Redis' own atomic INCRBY, so all web and worker
 processes on all machines share one budget. The file cache (the local default) has no
 atomic increment, so there the read-increment-write runs under an exclusive file lock
 beside the cache files, which every local process shares. Other backends are only
@@ -44,19 +45,25 @@ class Permit:
     granted: bool
     window: int
     wait: float
+    # How many calls were granted: all those asked, fewer at the end of a window, or 0.
+    calls: int = 0
 
 
 def rate_take(*, name: str, limit: int, window_seconds: float = 1.0,
-              ceiling: int | None = None) -> Permit:
-    """Take one call from the current window of the limit called name.
+              ceiling: int | None = None, count: int = 1) -> Permit:
+    """Take count calls (one unless said) from the current window of the limit called name.
 
-    A limit of 0 (or less) refuses every call. ceiling makes the caller a lesser one: it
-    is refused, without taking anything, once ceiling calls of the window are taken, so
-    the rest of the limit stays for the others (answers before heartbeats). If the cache
-    fails, the call is allowed (and the failure logged): the remote service's own
-    throttling, which callers retry, is the backstop, and a cache outage must not stop
-    every callback.
+    As many of them are granted as the window has left (``calls``; ``granted`` when at
+    least one is), taken in one increment of the counter however many they are; ``wait``
+    is how long until the next window when not all were. A limit of 0 (or less) refuses
+    every call. ceiling makes the caller a lesser one: it is refused, without taking
+    anything, once ceiling calls of the window are taken, so the rest of the limit stays
+    for the others (answers before heartbeats). If the cache fails, the calls are allowed
+    (and the failure logged): the remote service's own throttling, which callers retry,
+    is the backstop, and a cache outage must not stop every callback.
     """
+    if count < 1:
+        raise ValueError(f"rate_take needs a count of at least 1, not {count}")
     now = time.time()
     window = int(now // window_seconds)
     wait = (window + 1) * window_seconds - now
@@ -69,32 +76,36 @@ def rate_take(*, name: str, limit: int, window_seconds: float = 1.0,
     try:
         if ceiling is not None and (cache.get(key) or 0) >= min(ceiling, limit):
             return Permit(granted=False, window=window, wait=wait)
-        count = counter_increment(cache=cache, key=key, timeout=timeout)
+        total = counter_increment(cache=cache, key=key, timeout=timeout, amount=count)
     except Exception as exc:
         logger.warning("Rate limit %s unavailable, allowing the call: %s", name, exc)
-        return Permit(granted=True, window=window, wait=0.0)
-    if count <= limit:
-        return Permit(granted=True, window=window, wait=0.0)
-    return Permit(granted=False, window=window, wait=wait)
+        return Permit(granted=True, window=window, wait=0.0, calls=count)
+    # The calls taken before this one's increment were total - count: the window grants
+    # what the limit has left of them. A refused call stays counted (the window is full).
+    calls = max(0, min(count, limit - (total - count)))
+    return Permit(granted=calls > 0, window=window, wait=0.0 if calls == count else wait,
+                  calls=calls)
 
 
-def counter_increment(*, cache: BaseCache, key: str, timeout: int | None) -> int:
-    """Add one to the counter at key (created with timeout; None: never expires); return it.
+def counter_increment(*, cache: BaseCache, key: str, timeout: int | None,
+                      amount: int = 1) -> int:
+    """Add amount to the counter at key (created with timeout; None: never expires).
 
-    Shared by every process through the cache: the rate limit and the metrics counters.
+    Return the counter after the addition. Shared by every process through the cache: the
+    rate limit and the metrics counters. Its cost does not depend on amount.
     """
     if isinstance(cache, RedisCache):
-        # SET NX then INCR: both atomic in Redis, and INCR keeps the expiry set by add.
+        # SET NX then INCRBY: both atomic in Redis, and INCRBY keeps the expiry set by add.
         cache.add(key, 0, timeout=timeout)
         try:
-            return cache.incr(key)
+            return cache.incr(key, amount)
         except ValueError:
             # The key expired between add and incr (a window boundary); start it again.
             cache.add(key, 0, timeout=timeout)
-            return cache.incr(key)
+            return cache.incr(key, amount)
     # Without an atomic increment, two processes could both read n and both write n + 1.
     with _serialised(cache):
-        count = (cache.get(key) or 0) + 1
+        count = (cache.get(key) or 0) + amount
         cache.set(key, count, timeout=timeout)
         return count
 

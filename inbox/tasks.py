@@ -33,10 +33,15 @@ def callback_send_task(outbox_id: int) -> str:
     return callback_send(outbox_id=outbox_id)
 
 
+# A drain goes on with batch after batch for this long: under beat's 5 s period, so a
+# backlog (Celery down, a burst of decisions) drains at the whole SendTask rate.
+DRAIN_BUDGET_SECONDS = 4.0
+
+
 @shared_task
 def outbox_drain_task() -> int:
     """Send the due rows nobody sent: retries and lost enqueues (Celery beat, every 5 s)."""
-    handled = outbox_drain()
+    handled = outbox_drain(budget_seconds=DRAIN_BUDGET_SECONDS)
     if handled:
         logger.info("Outbox drain handled %d callback(s)", handled)
     return handled

@@ -8,6 +8,7 @@ token, so no parameter value ever reaches an exception message or a log line.
 import functools
 import json
 import re
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any, Literal
@@ -27,6 +28,9 @@ _READ_TIMEOUT = {"stepfunctions": 15, "sqs": 30, "events": 15}
 _CONNECT_TIMEOUT = 5
 # One quick retry inside botocore; callers run their own bounded retries on `retryable`.
 _MAX_ATTEMPTS = 2
+# Connections a client keeps open: at least one per sender thread of the outbox drain
+# (INBOX_CALLBACK_SENDERS) and the calls of other threads, so none waits for a socket.
+_MAX_POOL_CONNECTIONS = 32
 # A probe answers within a load balancer's or Prometheus' patience, or reports a failure.
 _PROBE_CONNECT_TIMEOUT = 1
 _PROBE_READ_TIMEOUT = 2
@@ -65,20 +69,26 @@ _DLQ_RETENTION_SECONDS = 14 * 24 * 3600
 # The intake worker validates, encrypts and upserts a batch of 10 well within this.
 _INTAKE_VISIBILITY_TIMEOUT = 60
 _INTAKE_WAIT_SECONDS = 20
+# The first calls of several threads at once (the drain's senders) build one client.
+_clients_lock = threading.Lock()
 
 
 def client(*, service: Service, probe: bool = False) -> BaseClient:
     """Return the shared boto3 client for service, built from the current settings.
 
+    Built once per process and settings (boto3 clients are safe to share between threads;
+    sessions are not, so each client has its own, used only to build it).
+
     probe: the client of readiness checks and metrics (short timeouts, no retry).
     """
-    return _client(
-        service=service,
-        endpoint_url=settings.AWS_ENDPOINT_URL,
-        region=settings.AWS_REGION,
-        emulator=settings.INBOX_EMULATOR,
-        probe=probe,
-    )
+    with _clients_lock:
+        return _client(
+            service=service,
+            endpoint_url=settings.AWS_ENDPOINT_URL,
+            region=settings.AWS_REGION,
+            emulator=settings.INBOX_EMULATOR,
+            probe=probe,
+        )
 
 
 @functools.cache
@@ -96,6 +106,7 @@ def _client(
             connect_timeout=_CONNECT_TIMEOUT,
             read_timeout=_READ_TIMEOUT[service],
             retries={"mode": "standard", "max_attempts": _MAX_ATTEMPTS},
+            max_pool_connections=_MAX_POOL_CONNECTIONS,
         )
     credentials: dict[str, str] = {}
     if emulator:

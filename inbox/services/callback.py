@@ -10,7 +10,12 @@ commit and the Celery message) and runs the retries.
 ``callback_send`` claims the row with a conditional update that pushes its next attempt
 a lease into the future, so two senders never send one row at once; a sender that dies
 mid-call leaves the row to be claimed again when the lease runs out. The token is
-decrypted and Step Functions called outside any transaction. Then:
+decrypted and Step Functions called outside any transaction. ``outbox_drain`` does the
+same for a batch: one statement claims up to a window's worth of due rows (SKIP LOCKED
+on PostgreSQL, so drains running at once take disjoint rows), their permits are taken
+from the rate limit in one increment, a bounded pool of threads sends them at once (the
+threads only call Step Functions; the database is the drain's own thread's), and the
+accepted ones are recorded in one transaction of a fixed number of statements. Then:
 
 - accepted: the row is ``sent`` and the task closes (completed, rejected, timed out);
 - throttling, 5xx, network errors: the row goes back to ``pending`` with exponential
@@ -31,14 +36,18 @@ message or ``last_error``.
 import datetime
 import json
 import logging
+import operator
 import random
 import time
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from enum import StrEnum
+from functools import reduce
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
@@ -49,8 +58,8 @@ from inbox.callback_history import (
     history_outcome_reason,
     history_task_outcome,
 )
-from inbox.lifecycle import IllegalTransition, transition
-from inbox.models import Outbox, OutboxKind, OutboxStatus
+from inbox.lifecycle import IllegalTransition, transition, transitions_apply
+from inbox.models import Outbox, OutboxKind, OutboxStatus, Task
 from inbox.ratelimit import SENDTASK, rate_take
 from inbox.redaction import redact
 from inbox.tokens import TokenVaultError, token_decrypt
@@ -84,6 +93,8 @@ DEFAULTS: dict[str, Any] = {
     # A fresh row belongs to its on_commit task for this long before the drain takes it.
     "INBOX_OUTBOX_DRAIN_GRACE_SECONDS": 10,
     "INBOX_CALLBACK_HISTORY_MAX_EVENTS": 1000,
+    # Threads of one drain sending its claimed rows at once (one shared boto3 client).
+    "INBOX_CALLBACK_SENDERS": 8,
 }
 
 
@@ -113,41 +124,70 @@ def callback_send(*, outbox_id: int) -> str:
     row = _claim(outbox_id=outbox_id)
     if row is None:
         return SendResult.SKIPPED
+    token = _token_or_dead(row)
+    if token is None:
+        return SendResult.DEAD
+    wait = _rate_wait()
+    if wait is not None:
+        _release([row], delay=wait)
+        return SendResult.RATE_LIMITED
+    refusal = _attempt(row, token=token)
+    if refusal is not None:
+        return _refused(row, token=token, exc=refusal)
+    _delivered([row], status=OutboxStatus.SENT, sent_at=timezone.now())
+    return SendResult.SENT
+
+
+def _token_or_dead(row: Outbox) -> str | None:
+    """Return the claimed row's token to send, or None after making a row that cannot be
+    sent dead (out of attempts, an invalid callback, an unreadable token)."""
     max_attempts = _setting("INBOX_CALLBACK_MAX_ATTEMPTS")
     if row.attempts > max_attempts:
         # Earlier senders claimed it and stopped without an outcome (crash, lost lease).
-        return _dead(row, reason=f"Gave up after {max_attempts} attempts without an outcome.")
+        _dead(row, reason=f"Gave up after {max_attempts} attempts without an outcome.")
+        return None
     problem = callback_problem(kind=row.kind, output=row.output, error=row.error,
                                cause=row.cause)
     if problem:
         metrics.callback_error_count(kind=metrics.CallbackError.INVALID)
-        return _dead(row, reason=f"Invalid callback, not sent: {problem}")
-    wait = _rate_wait()
-    if wait is not None:
-        _release(row, delay=wait)
-        return SendResult.RATE_LIMITED
+        _dead(row, reason=f"Invalid callback, not sent: {problem}")
+        return None
     try:
-        token = token_decrypt(row.task.token_ciphertext)
+        return token_decrypt(row.task.token_ciphertext)
     except TokenVaultError as exc:
         metrics.callback_error_count(kind=metrics.CallbackError.TOKEN_UNREADABLE)
-        return _dead(row, reason=exc.message)
+        _dead(row, reason=exc.message)
+        return None
+
+
+def _attempt(row: Outbox, *, token: str) -> ExternalServiceError | None:
+    """Call SendTaskSuccess or SendTaskFailure for the row; return Step Functions' refusal.
+
+    Touches no database (the drain runs it in its sender threads); any other exception
+    (a crash mid-call) propagates, and the row's lease brings it back.
+    """
     try:
         if row.kind == OutboxKind.SUCCESS:
             aws.task_success(token=token, output=row.output)
         else:
             aws.task_failure(token=token, error=row.error, cause=row.cause)
     except ExternalServiceError as exc:
-        if exc.error_code in _GONE_CODES:
-            metrics.callback_error_count(kind=metrics.CallbackError.TOKEN_REFUSED)
-            return _reconcile(row, token=token, refusal=exc)
-        if exc.retryable:
-            metrics.callback_error_count(
-                kind=metrics.CallbackError.THROTTLED if aws.error_is_throttling(error=exc)
-                else metrics.CallbackError.TRANSIENT)
-            return _retry_or_dead(row, exc=exc)
-        metrics.callback_error_count(kind=metrics.CallbackError.REJECTED)
-        return _dead(row, reason=exc.message)
-    return _delivered(row, status=OutboxStatus.SENT, sent_at=timezone.now())
+        return exc
+    return None
+
+
+def _refused(row: Outbox, *, token: str, exc: ExternalServiceError) -> str:
+    """Record what Step Functions' refusal of the row means: reconcile, retry or dead."""
+    if exc.error_code in _GONE_CODES:
+        metrics.callback_error_count(kind=metrics.CallbackError.TOKEN_REFUSED)
+        return _reconcile(row, token=token, refusal=exc)
+    if exc.retryable:
+        metrics.callback_error_count(
+            kind=metrics.CallbackError.THROTTLED if aws.error_is_throttling(error=exc)
+            else metrics.CallbackError.TRANSIENT)
+        return _retry_or_dead(row, exc=exc)
+    metrics.callback_error_count(kind=metrics.CallbackError.REJECTED)
+    return _dead(row, reason=exc.message)
 
 
 def callback_problem(*, kind: str, output: Any, error: str, cause: str) -> str | None:
@@ -212,14 +252,16 @@ def _rate_wait() -> float | None:
         time.sleep(pause)
 
 
-def _release(row: Outbox, *, delay: float) -> None:
-    """Give the claim back without counting an attempt: no call was made."""
-    # Conditional on the claim: a sender whose lease was taken over changes nothing.
-    Outbox.objects.filter(_ours(row)).update(
+def _release(rows: list[Outbox], *, delay: float) -> None:
+    """Give the claims back without counting an attempt: no call was made (one UPDATE)."""
+    # Conditional on each claim: a sender whose lease was taken over changes nothing.
+    Outbox.objects.filter(reduce(operator.or_, (_ours(row) for row in rows))).update(
         attempts=F("attempts") - 1,
         next_attempt_at=timezone.now() + datetime.timedelta(seconds=delay),
     )
-    logger.info("Callback %s of task %s waits for SendTask capacity", row.pk, row.task_id)
+    for row in rows:
+        logger.info("Callback %s of task %s waits for SendTask capacity", row.pk,
+                    row.task_id)
 
 
 def backoff_seconds(*, attempt: int) -> float:
@@ -262,20 +304,55 @@ def _dead(row: Outbox, *, reason: str) -> str:
     return SendResult.DEAD
 
 
-def _delivered(row: Outbox, *, status: OutboxStatus, sent_at: datetime.datetime,
-               note: str = "") -> str:
-    """Record that Step Functions has the decision, and close the task, in one transaction."""
+def _delivered(rows: list[Outbox], *, status: OutboxStatus, sent_at: datetime.datetime,
+               note: str = "") -> None:
+    """Record that Step Functions has the rows' decisions, and close their tasks, in one
+    transaction of a fixed number of statements however many rows there are."""
+    if not rows:
+        return
     with transaction.atomic():
         # Only from pending: the truth (it landed) wins over a retry still in flight, and
         # a row already settled by another sender is left alone.
-        settled = Outbox.objects.filter(pk=row.pk, status=OutboxStatus.PENDING).update(
-            status=status, sent_at=sent_at, last_error=note
+        settled = _settle([row.pk for row in rows], status=status, sent_at=sent_at,
+                          note=note)
+        # The row locks serialise the close with any other transition of these tasks
+        # (a cancel by the execution reconciler); in key order, so two closers never
+        # wait on each other.
+        tasks = Task.objects.select_for_update().filter(
+            pk__in={task_id for task_id, _ in settled.values()}
+        ).defer("input", "input_order").order_by("pk").in_bulk()
+        kinds: dict[str, list[Task]] = {}
+        for task_id, kind in settled.values():
+            kinds.setdefault(kind, []).append(tasks[task_id])
+        for kind, closing in kinds.items():
+            batch = transitions_apply(action="delivered", tasks=closing, kind=kind)
+            for task_id, refusal in batch.refused.items():
+                # The task was closed meanwhile (e.g. cancelled by the execution reconciler).
+                logger.warning("Task %s of a delivered callback was not closed: %s",
+                               task_id, refusal.message)
+    for row in rows:
+        logger.info("Callback %s (%s) of task %s %s", row.pk, row.kind, row.task_id,
+                    status if row.pk in settled else "already settled")
+
+
+def _settle(ids: list[int], *, status: OutboxStatus, sent_at: datetime.datetime,
+            note: str) -> dict[int, tuple[Any, str]]:
+    """Mark the pending rows among ids settled (one UPDATE); return the task and kind of
+    each row it changed, by row id."""
+    if not ids:
+        return {}
+    table = connection.ops.quote_name(Outbox._meta.db_table)
+    marks = ", ".join(["%s"] * len(ids))
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {table} SET status = %s, sent_at = %s, last_error = %s "  # noqa: S608
+            f"WHERE status = %s AND id IN ({marks}) RETURNING id, task_id, kind",
+            [str(status), connection.ops.adapt_datetimefield_value(sent_at), note,
+             str(OutboxStatus.PENDING), *ids],
         )
-        if settled:
-            _task_close(row, lambda: transition(
-                task_id=row.task_id, action="delivered", kind=row.kind))
-    logger.info("Callback %s (%s) of task %s %s", row.pk, row.kind, row.task_id, status)
-    return SendResult.SENT if status == OutboxStatus.SENT else SendResult.RECONCILED
+        rows = cursor.fetchall()
+    task_id = Outbox._meta.get_field("task").target_field
+    return {pk: (task_id.to_python(task), kind) for pk, task, kind in rows}
 
 
 def _task_close(row: Outbox, close: Callable[[], object]) -> None:
@@ -319,11 +396,12 @@ def _reconcile(row: Outbox, *, token: str, refusal: ExternalServiceError) -> str
     if outcome is not None:
         if history_is_decision(event=outcome, kind=row.kind, output=row.output,
                                error=row.error, cause=row.cause):
-            return _delivered(
-                row, status=OutboxStatus.RECONCILED, sent_at=outcome["timestamp"],
+            _delivered(
+                [row], status=OutboxStatus.RECONCILED, sent_at=outcome["timestamp"],
                 note=f"Step Functions had already accepted this decision ({refusal.error_code} "
                      "on a later attempt: an earlier response was lost).",
             )
+            return SendResult.RECONCILED
         return _expired(row, reason=history_outcome_reason(event=outcome))
     if status != "RUNNING":
         return _expired(row, reason=f"Step Functions no longer waits: execution {status}.")
@@ -352,31 +430,165 @@ def _expired(row: Outbox, *, reason: str) -> str:
 # The outbox as a whole ----------------------------------------------------------------
 
 
-def outbox_drain(*, batch: int = 100) -> int:
-    """Send up to batch due pending rows (retries, lost enqueues); return how many were handled.
+def outbox_drain(*, batch: int = 100, budget_seconds: float = 0.0) -> int:
+    """Send due pending rows (retries, lost enqueues) in batches; return how many were handled.
 
-    A row never tried belongs to its on_commit task until INBOX_OUTBOX_DRAIN_GRACE_SECONDS
-    after it was due (a decision is due once its undo window closed, and its task is
-    enqueued for then); the drain takes it only once that task had time to run.
+    One batch claims up to batch rows (and no more than one window of the SendTask rate);
+    after a full batch another follows while budget_seconds (from the start) last and
+    the rate limit granted every permit, its calls on their way while the batch before
+    is recorded. A row never tried belongs to its on_commit task until
+    INBOX_OUTBOX_DRAIN_GRACE_SECONDS after it was due (a decision is due once its undo
+    window closed, and its task is enqueued for then); the drain takes it only once that
+    task had time to run. Call it outside any transaction: it calls Step Functions.
     """
-    now = timezone.now()
-    grace = datetime.timedelta(seconds=_setting("INBOX_OUTBOX_DRAIN_GRACE_SECONDS"))
-    due = list(
-        Outbox.objects.filter(status=OutboxStatus.PENDING, next_attempt_at__lte=now)
-        .filter(Q(attempts__gt=0) | Q(next_attempt_at__lte=now - grace))
-        .order_by("next_attempt_at")
-        .values_list("pk", flat=True)[:batch]
-    )
+    deadline = time.monotonic() + budget_seconds
     handled = 0
-    for outbox_id in due:
+    senders = max(1, int(_setting("INBOX_CALLBACK_SENDERS")))
+    with ThreadPoolExecutor(max_workers=senders, thread_name_prefix="callback-send") as pool:
+        previous: _Sending | None = None
+        while True:
+            limit = min(batch, int(_setting("INBOX_SENDTASK_RATE")))
+            rows = _claim_due(limit=limit) if limit > 0 else []
+            ready, settled = _prepared(rows)
+            sending = _send_start(pool, ready)
+            handled += settled
+            if previous is not None:
+                handled += _recorded(previous)
+            previous = sending
+            if sending.held_back or len(rows) < limit or time.monotonic() >= deadline:
+                break
+        # Leaving the pool waits for the last batch's calls (recorded below) to return.
+    return handled + _recorded(previous)
+
+
+def _claim_due(*, limit: int) -> list[Outbox]:
+    """Claim up to limit due pending rows for one attempt each (one UPDATE); return them."""
+    now = timezone.now()
+    lease = datetime.timedelta(seconds=_setting("INBOX_CALLBACK_LEASE_SECONDS"))
+    grace = datetime.timedelta(seconds=_setting("INBOX_OUTBOX_DRAIN_GRACE_SECONDS"))
+    ops, table = connection.ops, connection.ops.quote_name(Outbox._meta.db_table)
+    # SKIP LOCKED: two drains at once claim disjoint rows, neither waiting on the other.
+    # Without it (SQLite), the one statement runs under the database's single write lock.
+    skip_locked = (" FOR UPDATE SKIP LOCKED"
+                   if connection.features.has_select_for_update_skip_locked else "")
+    pending = str(OutboxStatus.PENDING)
+    with connection.cursor() as cursor:
+        # A conditional update, as _claim's: of two senders racing for a row, exactly one
+        # changes it, and the lease keeps it from being due again while this attempt runs.
+        # An undo racing this claim withdraws the row only if it is unclaimed
+        # (inbox.lifecycle._undone): the row lock makes the second of the two see the
+        # first's change, and of the two exactly one wins.
+        # MATERIALIZED: the due rows are picked once. As a plain subquery PostgreSQL may
+        # scan it again for each row it updates, and each scan skips the rows this very
+        # statement already changed, claiming more than limit.
+        cursor.execute(
+            f"WITH due AS MATERIALIZED ("  # noqa: S608
+            f"SELECT id FROM {table} WHERE status = %s AND next_attempt_at <= %s "
+            f"AND (attempts > 0 OR next_attempt_at <= %s) "
+            f"ORDER BY next_attempt_at LIMIT %s{skip_locked}) "
+            f"UPDATE {table} SET attempts = attempts + 1, next_attempt_at = %s "
+            f"WHERE status = %s AND id IN (SELECT id FROM due) RETURNING id, attempts",
+            [pending, ops.adapt_datetimefield_value(now),
+             ops.adapt_datetimefield_value(now - grace), limit,
+             ops.adapt_datetimefield_value(now + lease), pending],
+        )
+        claimed = dict(cursor.fetchall())
+    if not claimed:
+        return []
+    rows = list(
+        Outbox.objects.filter(pk__in=claimed).select_related("task")
+        .only(*_SENT_FIELDS).order_by("next_attempt_at", "pk")
+    )
+    for row in rows:
+        # The claim's own count fences every later write of this attempt (_ours).
+        row.attempts = claimed[row.pk]
+    return rows
+
+
+# What sending and recording a row read (its task's input, above all, stays unread).
+_SENT_FIELDS = ("task", "decision_version", "kind", "output", "error", "cause", "status",
+                "attempts", "next_attempt_at", "task__token_ciphertext",
+                "task__execution_arn", "task__stage", "task__entered_at")
+
+
+@dataclass
+class _Sending:
+    """A batch on its way: each row's call in the pool, and the rows held back."""
+
+    calls: list[tuple[Outbox, str, Future]]
+    held_back: list[Outbox]
+
+
+def _prepared(rows: list[Outbox]) -> tuple[list[tuple[Outbox, str]], int]:
+    """Return the claimed rows to send with their tokens, and how many were made dead."""
+    ready: list[tuple[Outbox, str]] = []
+    dead = 0
+    for row in rows:
         try:
-            result = callback_send(outbox_id=outbox_id)
+            token = _token_or_dead(row)
         except Exception:
             # One broken row must not stop the batch; its lease brings it back later.
-            logger.exception("Callback %s could not be sent", outbox_id)
+            logger.exception("Callback %s could not be sent", row.pk)
             continue
-        if result == SendResult.RATE_LIMITED:
-            break  # no capacity left now: the next drain goes on
-        if result != SendResult.SKIPPED:
-            handled += 1
+        if token is None:
+            dead += 1
+        else:
+            ready.append((row, token))
+    return ready, dead
+
+
+def _send_start(pool: ThreadPoolExecutor, ready: list[tuple[Outbox, str]]) -> _Sending:
+    """Hand each row to the pool once the rate limit granted its permit; give back (for a
+    later drain) the rows still without one after INBOX_SENDTASK_MAX_WAIT_SECONDS."""
+    calls: list[tuple[Outbox, str, Future]] = []
+    waiting = list(ready)
+    rate = int(_setting("INBOX_SENDTASK_RATE"))
+    max_wait = float(_setting("INBOX_SENDTASK_MAX_WAIT_SECONDS"))
+    pause, deadline = 0.0, time.monotonic() + max_wait
+    while waiting:
+        # Before any call: the permits of the whole batch, in one increment.
+        permit = rate_take(name=SENDTASK, limit=rate, count=len(waiting))
+        if permit.calls:
+            # The wait is bounded from the last permit granted, as _rate_wait's is.
+            deadline = time.monotonic() + max_wait
+        for row, token in waiting[:permit.calls]:
+            calls.append((row, token, pool.submit(_attempt, row, token=token)))
+        waiting = waiting[permit.calls:]
+        if not waiting:
+            break
+        # Spread the waiters over the start of the next window.
+        pause = permit.wait + random.uniform(0, 0.05)  # noqa: S311 (jitter, not a secret)
+        if time.monotonic() + pause > deadline:
+            break
+        time.sleep(pause)
+    held_back = [row for row, _ in waiting]
+    if held_back:
+        _release(held_back, delay=pause)
+    return _Sending(calls=calls, held_back=held_back)
+
+
+def _recorded(sending: _Sending | None) -> int:
+    """Wait for the batch's calls and record what came of each; return how many got an
+    outcome (a crash mid-call is none: the row's lease brings it back later)."""
+    if sending is None:
+        return 0
+    accepted, refused = [], []
+    for row, token, call in sending.calls:
+        crash = call.exception()
+        if crash is not None:
+            logger.error("Callback %s could not be sent", row.pk,
+                         exc_info=(type(crash), crash, crash.__traceback__))
+        elif (refusal := call.result()) is not None:
+            refused.append((row, token, refusal))
+        else:
+            accepted.append(row)
+    _delivered(accepted, status=OutboxStatus.SENT, sent_at=timezone.now())
+    handled = len(accepted)
+    for row, token, refusal in refused:
+        try:
+            _refused(row, token=token, exc=refusal)
+        except Exception:
+            logger.exception("Callback %s could not be recorded", row.pk)
+            continue
+        handled += 1
     return handled

@@ -94,12 +94,14 @@ class FaultProxy:
                 if fault is not None:
                     status, error = _FAULTS[fault]
                     payload = json.dumps(error).encode()
+                    # Recorded before the answer leaves: a caller that has its answer
+                    # (and acts on it at once, from several threads) finds it recorded.
+                    proxy._record(Seen(time.time(), target, token, fault, status))
                     self.send_response(status)
                     self.send_header("Content-Type", "application/x-amz-json-1.0")
                     self.send_header("Content-Length", str(len(payload)))
                     self.end_headers()
                     self.wfile.write(payload)
-                    proxy._record(Seen(time.time(), target, token, fault, status))
                     return
                 upstream = http.client.HTTPConnection(
                     proxy.upstream.hostname, proxy.upstream.port, timeout=30)
@@ -111,6 +113,7 @@ class FaultProxy:
                     payload = response.read()
                 finally:
                     upstream.close()
+                proxy._record(Seen(time.time(), target, token, "forwarded", response.status))
                 self.send_response(response.status)
                 for name, value in response.getheaders():
                     if name.lower() not in _HOP_BY_HOP:
@@ -118,6 +121,5 @@ class FaultProxy:
                 self.send_header("Content-Length", str(len(payload)))
                 self.end_headers()
                 self.wfile.write(payload)
-                proxy._record(Seen(time.time(), target, token, "forwarded", response.status))
 
         return Handler

@@ -21,14 +21,18 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError, ReadTimeoutError
 from django.conf import settings
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from accounts.models import User
 from accounts.services import skill_ensure
+from inbox import effects
 from inbox.callback_history import history_task_outcome
 from inbox.lifecycle import transition
 from inbox.models import Outbox, OutboxKind, OutboxStatus, Task, TaskState
 from inbox.ratelimit import rate_take
+from inbox.services import callback as callbacks
 from inbox.services.admin import outbox_requeue
 from inbox.services.callback import (
     OUTPUT_MAX_BYTES,
@@ -136,11 +140,19 @@ def crash(real: Callable[..., Any], params: dict) -> Any:
 
 
 class SendTaskSpy:
-    """Wrap the shared boto3 client's SendTask* methods: count calls, play injected steps."""
+    """Wrap the shared boto3 client's SendTask* methods: count calls, play injected steps.
+
+    plan: steps for the next calls in order; by_token: a step for the next call with that
+    token (for a drain's concurrent sends, whose order is not known); before_call: run
+    (under the spy's lock) as each call begins.
+    """
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.calls: list[str] = []
+        self.tokens: list[str] = []
         self.plan: list[Step] = []
+        self.by_token: dict[str, Step] = {}
+        self.before_call: Callable[[], None] | None = None
         self._lock = threading.Lock()
         client = aws.client(service="stepfunctions")
         for name in ("send_task_success", "send_task_failure"):
@@ -150,7 +162,11 @@ class SendTaskSpy:
         def call(**params: Any) -> Any:
             with self._lock:
                 self.calls.append(name)
-                step = self.plan.pop(0) if self.plan else None
+                self.tokens.append(params["taskToken"])
+                if self.before_call is not None:
+                    self.before_call()
+                step = self.by_token.pop(params["taskToken"], None) or (
+                    self.plan.pop(0) if self.plan else None)
             return step(real, params) if step else real(**params)
 
         return call
@@ -568,6 +584,147 @@ def test_a_sender_that_dies_mid_call_is_replaced_when_its_lease_runs_out(
     assert Task.objects.get(pk=review.task.pk).state == TaskState.COMPLETED
 
 
+@pytest.mark.emulator
+def test_a_drain_of_a_backlog_sends_each_row_once(invoice_machine, reviewer, spy, settings):
+    """The spy records the token of each call to the boto3 client; every call is real."""
+    settings.INBOX_OUTBOX_DRAIN_GRACE_SECONDS = 0
+    reviews = [_review(invoice_machine) for _ in range(7)]
+    for number, review in enumerate(reviews):
+        (_complete if number % 2 else _reject)(review, reviewer)
+
+    handled = []
+    while handled[-1:] != [0]:
+        handled.append(outbox_drain(batch=3))
+
+    assert handled == [3, 3, 1, 0]
+    assert Counter(spy.tokens) == Counter({review.token: 1 for review in reviews})
+    rows = Outbox.objects.filter(task__in=[review.task for review in reviews])
+    assert {(row.status, row.attempts) for row in rows} == {(OutboxStatus.SENT, 1)}
+    for number, review in enumerate(reviews):
+        state = Task.objects.get(pk=review.task.pk).state
+        assert state == (TaskState.COMPLETED if number % 2 else TaskState.REJECTED)
+        assert [e["type"] for e in _task_outcomes(review.execution)] == [
+            "TaskSucceeded" if number % 2 else "TaskFailed"]
+        assert [e.action for e in review.task.events.order_by("version")][-1] == "delivered"
+
+
+@pytest.mark.emulator
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_two_drains_at_once_never_send_a_row_twice(
+    invoice_machine, reviewer, spy, settings, monkeypatch
+):
+    """Two threads drain one backlog at once, each in small batches with its own sender
+    threads; the spy records the token of each call to the boto3 client. The on-commit
+    enqueue is dropped (patched) so that the drains are the only senders."""
+    monkeypatch.setattr(effects, "enqueue", lambda name, *arguments: None)
+    settings.INBOX_OUTBOX_DRAIN_GRACE_SECONDS = 0
+    reviews = [_review(invoice_machine) for _ in range(12)]
+    for review in reviews:
+        _complete(review, reviewer)
+
+    def drain(_: int) -> int:
+        handled = 0
+        while Outbox.objects.filter(status=OutboxStatus.PENDING).exists():
+            handled += outbox_drain(batch=2)
+        return handled
+
+    results, errors = race(drain, range(2))
+
+    assert errors == []
+    assert sum(results) == len(reviews)
+    assert Counter(spy.tokens) == Counter({review.token: 1 for review in reviews})
+    assert {(row.status, row.attempts) for row in Outbox.objects.all()} == {
+        (OutboxStatus.SENT, 1)}
+    assert set(Task.objects.values_list("state", flat=True)) == {TaskState.COMPLETED}
+    for review in reviews:
+        assert [e["type"] for e in _task_outcomes(review.execution)] == ["TaskSucceeded"]
+
+
+@pytest.mark.emulator
+def test_a_throttled_send_among_the_batch_retries_only_that_row(
+    invoice_machine, reviewer, spy, fast_retries, settings
+):
+    """A patched boto3 client method throttles the call with one row's token; the other
+    calls, and that row's retry, are real."""
+    settings.INBOX_OUTBOX_DRAIN_GRACE_SECONDS = 0
+    reviews = [_review(invoice_machine) for _ in range(4)]
+    outboxes = [_complete(review, reviewer) for review in reviews]
+    victim, victim_outbox = reviews[2], outboxes[2]
+    spy.by_token[victim.token] = fail_with("ThrottlingException", 400)
+
+    assert outbox_drain() == 4
+
+    victim_outbox.refresh_from_db()
+    assert (victim_outbox.status, victim_outbox.attempts) == (OutboxStatus.PENDING, 1)
+    assert "ThrottlingException" in victim_outbox.last_error
+    assert Task.objects.get(pk=victim.task.pk).state == TaskState.COMPLETING
+    others = Outbox.objects.exclude(pk=victim_outbox.pk)
+    assert {(row.status, row.attempts) for row in others} == {(OutboxStatus.SENT, 1)}
+
+    assert outbox_drain() == 1
+
+    victim_outbox.refresh_from_db()
+    assert (victim_outbox.status, victim_outbox.attempts) == (OutboxStatus.SENT, 2)
+    assert Counter(spy.tokens) == Counter(
+        {review.token: 2 if review is victim else 1 for review in reviews})
+    assert Task.objects.get(pk=victim.task.pk).state == TaskState.COMPLETED
+    assert [e["type"] for e in _task_outcomes(victim.execution)] == ["TaskSucceeded"]
+
+
+@pytest.mark.emulator
+def test_the_statements_of_a_drain_do_not_grow_with_the_batch(
+    invoice_machine, reviewer, spy, settings
+):
+    """Every call reaches the emulator; the drain's sender threads touch no database."""
+    settings.INBOX_OUTBOX_DRAIN_GRACE_SECONDS = 0
+    statements = []
+    for size in (2, 8):
+        reviews = [_review(invoice_machine) for _ in range(size)]
+        for number, review in enumerate(reviews):
+            (_complete if number % 2 else _reject)(review, reviewer)
+        with CaptureQueriesContext(connection) as queries:
+            assert outbox_drain(batch=size) == size
+        statements.append(len(queries))
+        assert set(Outbox.objects.values_list("status", flat=True)) == {OutboxStatus.SENT}
+
+    assert statements[0] == statements[1]
+    assert len(spy.calls) == 10
+
+
+@pytest.mark.emulator
+def test_the_limiter_is_asked_before_each_send(invoice_machine, reviewer, spy, settings,
+                                               monkeypatch):
+    """A spy wraps (and calls) the drain's rate limit; the spy on the boto3 client checks,
+    as each call begins, that permits granted so far cover the calls so far."""
+    settings.INBOX_OUTBOX_DRAIN_GRACE_SECONDS = 0
+    settings.INBOX_SENDTASK_RATE = 3
+    reviews = [_review(invoice_machine) for _ in range(5)]
+    for review in reviews:
+        _complete(review, reviewer)
+    asked, granted = [], Counter()
+    real_rate_take = callbacks.rate_take
+
+    def rate_take(**kwargs):
+        permit = real_rate_take(**kwargs)
+        asked.append(kwargs.get("count", 1))
+        granted[permit.window] += permit.calls
+        return permit
+
+    covered = []
+    spy.before_call = lambda: covered.append(sum(granted.values()) >= len(spy.calls))
+    monkeypatch.setattr(callbacks, "rate_take", rate_take)
+
+    assert outbox_drain(batch=10, budget_seconds=10) == 5
+
+    assert covered == [True] * 5
+    assert sum(granted.values()) == len(spy.calls) == 5
+    assert max(granted.values()) <= 3
+    # A batch asks for its permits at once: never more requests than windows it needed.
+    assert max(asked) > 1 and len(asked) < 5
+    assert set(Outbox.objects.values_list("status", flat=True)) == {OutboxStatus.SENT}
+
+
 # The SendTask* rate limit ----------------------------------------------------------------
 
 
@@ -592,6 +749,44 @@ def test_the_rate_limiter_never_lets_more_than_n_through_a_window():
     assert max(granted.values()) == limit
     assert all(count <= limit for count in granted.values())
     assert all(0 < p.wait <= 1 for p in permits if not p.granted)
+
+
+def test_a_batch_of_permits_gets_what_the_window_has_left_in_one_take():
+    """A window of a day, so that the three takes fall in one."""
+    name, day = unique("rate"), 86400
+
+    first, second, third = (rate_take(name=name, limit=10, window_seconds=day, count=count)
+                            for count in (7, 7, 1))
+
+    assert (first.granted, first.calls, first.wait) == (True, 7, 0.0)
+    assert (second.granted, second.calls) == (True, 3) and 0 < second.wait <= day
+    assert (third.granted, third.calls) == (False, 0) and 0 < third.wait <= day
+    assert first.window == second.window == third.window
+
+
+def test_batches_of_permits_never_let_more_than_n_through_a_window():
+    """Sixteen threads take three permits at a time as fast as they can from a limit of 10."""
+    name, limit = unique("rate"), 10
+    permits = []
+    start = threading.Barrier(16)
+
+    def taker() -> None:
+        start.wait()
+        for _ in range(25):
+            permits.append(rate_take(name=name, limit=limit, count=3))
+
+    threads = [threading.Thread(target=taker) for _ in range(16)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+    granted = Counter()
+    for permit in permits:
+        granted[permit.window] += permit.calls
+    assert max(granted.values()) == limit
+    assert all(0 <= p.calls <= 3 and p.granted == (p.calls > 0) for p in permits)
+    assert all(0 < p.wait <= 1 for p in permits if p.calls < 3)
 
 
 @pytest.mark.emulator

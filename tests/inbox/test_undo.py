@@ -308,6 +308,51 @@ def test_an_undo_racing_the_sender_at_the_end_of_the_window_wins_or_loses_whole(
         assert (fresh.state, spy.calls) == (TaskState.COMPLETED, ["send_task_success"])
 
 
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_an_undo_racing_the_drain_at_the_end_of_the_window_wins_or_loses_whole(
+    invoice_machine, reviewer, spy, settings, monkeypatch
+):
+    """As the race above, with the outbox drain's batch claim as the sender.
+
+    The on-commit enqueue is dropped (patched), and the drain's grace is 0, so the drain
+    takes the row as soon as its window closes.
+    """
+    monkeypatch.setattr(effects, "enqueue_later", lambda *args, **kwargs: None)
+    settings.INBOX_UNDO_SECONDS = 1
+    settings.INBOX_OUTBOX_DRAIN_GRACE_SECONDS = 0
+    task = _held(invoice_machine, reviewer)
+    worker.task_complete(worker=reviewer, task_id=task.pk, answer=APPROVE)
+    outbox = Outbox.objects.get(task=task)
+    due = outbox.next_attempt_at.timestamp()
+
+    def drainer() -> int:
+        while True:
+            handled = outbox_drain()
+            if handled or not Outbox.objects.filter(
+                    pk=outbox.pk, status=OutboxStatus.PENDING).exists():
+                return handled
+            time.sleep(0.001)
+
+    def undoer() -> str:
+        time.sleep(max(0.0, due - time.time() - 0.002))
+        worker.task_undo(worker=reviewer, task_id=task.pk)
+        return "undone"
+
+    results, errors = race(lambda run: run(), [drainer, undoer])
+
+    outbox.refresh_from_db()
+    fresh = Task.objects.get(pk=task.pk)
+    if outbox.status == OutboxStatus.WITHDRAWN:
+        assert sorted(results, key=str) == sorted([0, "undone"], key=str) and errors == []
+        assert (fresh.state, spy.calls) == (TaskState.IN_PROGRESS, [])
+    else:
+        assert results == [1]
+        assert [type(exc) for exc in errors] == [TooLateToUndo]
+        assert (outbox.status, outbox.attempts) == (OutboxStatus.SENT, 1)
+        assert (fresh.state, spy.calls) == (TaskState.COMPLETED, ["send_task_success"])
+
+
 # The page and the API ----------------------------------------------------------------------
 
 
