@@ -38,6 +38,7 @@ from inbox.tasks import intake_poll_task
 from inbox.tokens import token_decrypt, token_digest
 from processes import aws
 from processes.services import process_deploy, process_start
+from tests.concurrency import race
 from tests.factories import envelope, sqs_message
 from tests.processes.lifecycle import unique_name, wait_for
 from tests.sfn import execution_wait, unique
@@ -719,27 +720,10 @@ def test_pollers_racing_on_copies_of_one_receive_make_each_task_once(review_skil
     """Four threads handle copies of the same ten messages at once: ten tasks, thirty
     duplicates, whichever way their batches interleave."""
     messages = [sqs_message(envelope()) for _ in range(10)]
-    racers = 4
-    start = threading.Barrier(racers)
-    outcomes: list[str] = []
-    errors: list[BaseException] = []
-
-    def deliver() -> None:
-        try:
-            start.wait()
-            outcomes.extend(intake_messages(messages=messages))
-        except BaseException as exc:
-            errors.append(exc)
-        finally:
-            connection.close()
-
-    threads = [threading.Thread(target=deliver) for _ in range(racers)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    results, errors = race(lambda _: intake_messages(messages=messages), range(4))
 
     assert errors == []
+    outcomes = [outcome for result in results for outcome in result]
     assert sorted(outcomes) == ["created"] * 10 + ["duplicate"] * 30
     assert Task.objects.count() == TaskEvent.objects.count() == 10
     for task in Task.objects.all():
