@@ -461,12 +461,9 @@ def transition(*, task_id: Any, action: str, actor: User | None = None, system: 
     as it is then. params go to the row's change.
     """
     row = TRANSITIONS[action]
-    if row.needs_reason and not reason.strip():
-        raise Conflict(row.needs_reason)
-    if len(reason) > REASON_MAX_CHARS:
-        # Every path (pages, API, commands) is held to what the API's inputs allow.
-        raise InboxError(f"The reason is {len(reason):,} characters long; say it in at most "
-                         f"{REASON_MAX_CHARS:,}.")
+    refusal = _reason_refusal(row, reason)
+    if refusal is not None:
+        raise refusal
     if locked is not None and not transaction.get_connection().in_atomic_block:
         raise RuntimeError("transition(locked=...) needs the transaction that locked the row.")
     if seen is not None and locked is None:
@@ -510,8 +507,8 @@ def _apply_seen(row: Transition, *, seen: Task, task_id: Any, actor: User | None
             # Conditional on the version seen: of two racing transitions exactly one
             # changes the row; the loser's whole change (its side writes too) rolls back.
             written = Task.objects.filter(pk=task.pk, version=version_seen).update(**{
-                _ATTNAMES.get(name, name): getattr(task, _ATTNAMES.get(name, name))
-                for name in applied.fields})
+                attname: getattr(task, attname) for attname in (
+                    Task._meta.get_field(name).attname for name in applied.fields)})
             if written != 1:
                 raise _Changed
             _written(row, applied, step)
@@ -520,9 +517,6 @@ def _apply_seen(row: Transition, *, seen: Task, task_id: Any, actor: User | None
     _log(row, applied)
     return task
 
-
-# A field's name as save(update_fields=...) takes it, to the attribute update() takes.
-_ATTNAMES = {"assignee": "assignee_id"}
 
 
 def _apply(row: Transition, *, task_id: Any, actor: User | None, system: str,
@@ -638,7 +632,7 @@ class Batch:
     """What transitions_apply did: the tasks changed, and why each other one was refused."""
 
     applied: list[Task]
-    refused: dict[Any, Conflict]
+    refused: dict[Any, InboxError]
 
 
 def transitions_apply(*, action: str, tasks: list[Task], system: str = "",
@@ -659,7 +653,7 @@ def transitions_apply(*, action: str, tasks: list[Task], system: str = "",
         raise RuntimeError("transitions_apply needs the transaction that locked the rows.")
     now = timezone.now()
     done: list[_Applied] = []
-    refused: dict[Any, Conflict] = {}
+    refused: dict[Any, InboxError] = {}
     passes: list[Pass] = []
     for task in tasks:
         said = reason(task) if callable(reason) else reason
@@ -748,7 +742,11 @@ def _skills_load(tasks: list[Task]) -> None:
             task.skill = skills[task.skill_id]
 
 
-def _reason_refusal(row: Transition, reason: str) -> Conflict | None:
+def _reason_refusal(row: Transition, reason: str) -> InboxError | None:
+    """Return why the row refuses this reason (blank where one is needed, too long), or None.
+
+    Every path (pages, API, commands, batches) is held to what the API's inputs allow.
+    """
     if row.needs_reason and not reason.strip():
         return Conflict(row.needs_reason)
     if len(reason) > REASON_MAX_CHARS:
