@@ -731,19 +731,10 @@ def test_the_limiter_is_asked_before_each_send(invoice_machine, reviewer, spy, s
 def test_the_rate_limiter_never_lets_more_than_n_through_a_window():
     """Sixteen threads take permits as fast as they can from one limit of 10 per second."""
     name, limit = unique("rate"), 10
-    permits = []
-    start = threading.Barrier(16)
-
-    def taker() -> None:
-        start.wait()
-        for _ in range(25):
-            permits.append(rate_take(name=name, limit=limit))
-
-    threads = [threading.Thread(target=taker) for _ in range(16)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    takes, errors = race(lambda _: [rate_take(name=name, limit=limit) for _ in range(25)],
+                         range(16))
+    assert errors == []
+    permits = [permit for taken in takes for permit in taken]
 
     granted = Counter(p.window for p in permits if p.granted)
     assert max(granted.values()) == limit
@@ -767,19 +758,10 @@ def test_a_batch_of_permits_gets_what_the_window_has_left_in_one_take():
 def test_batches_of_permits_never_let_more_than_n_through_a_window():
     """Sixteen threads take three permits at a time as fast as they can from a limit of 10."""
     name, limit = unique("rate"), 10
-    permits = []
-    start = threading.Barrier(16)
-
-    def taker() -> None:
-        start.wait()
-        for _ in range(25):
-            permits.append(rate_take(name=name, limit=limit, count=3))
-
-    threads = [threading.Thread(target=taker) for _ in range(16)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    takes, errors = race(
+        lambda _: [rate_take(name=name, limit=limit, count=3) for _ in range(25)], range(16))
+    assert errors == []
+    permits = [permit for taken in takes for permit in taken]
 
     granted = Counter()
     for permit in permits:
