@@ -211,6 +211,52 @@ def tasks_insert(cursor: "object", *, count: int, start: int = 1,
     )
 
 
+# The process version TASK_DEFAULTS' tasks name (process "bench" v1, stage "review"): as in
+# production, every task comes from a deployed version, whose spec a task's page and API
+# answer read (once per process, processes.selectors.deployed_spec).
+BENCH_SPEC = """
+process: bench
+version: 1
+description: The benches' one human stage.
+stages:
+  - id: review
+    kind: human
+    skill: bench-000
+    title: "Review"
+    form: approve-reject
+    timeouts: {offer: 300, work: 1800, overall: 86400}
+    on_timeout: abort
+    if_rejected: rejected
+  - id: approved
+    kind: succeed
+  - id: rejected
+    kind: fail
+    error: Bench.Rejected
+    cause: A reviewer rejected it.
+"""
+
+
+def bench_version_record() -> None:
+    """Record BENCH_SPEC as deployed, as processes.services.process_deploy would, but
+    without creating its state machine: the benches that use it start no execution (and
+    talk to no Step Functions endpoint)."""
+    import hashlib
+
+    from processes.compiler import compile_spec, state_machine_name
+    from processes.models import Process, ProcessVersion
+    from processes.services import target_current
+    from processes.spec import spec_parse
+
+    spec = spec_parse(BENCH_SPEC, source="bench")
+    name = state_machine_name(spec.name, spec.version)
+    process, _ = Process.objects.get_or_create(name=spec.name)
+    ProcessVersion.objects.create(
+        process=process, version=spec.version, description=spec.description,
+        spec_text=BENCH_SPEC, spec_sha256=hashlib.sha256(BENCH_SPEC.encode()).hexdigest(),
+        asl=compile_spec(spec, target=target_current()), state_machine_name=name,
+        state_machine_arn=f"arn:aws:states:us-east-1:123456789012:stateMachine:{name}")
+
+
 def cycle(ids: Sequence[int], by: str = "n") -> str:
     """Return the SQL expression of ids[by % len(ids)] (spread rows over skills, workers)."""
     array = ",".join(str(int(i)) for i in ids)

@@ -41,6 +41,7 @@ from _common import (
     ROOT,
     api_token,
     bench_environment,
+    bench_version_record,
     cycle,
     free_port,
     goal_print,
@@ -121,6 +122,7 @@ def run(args: argparse.Namespace, phases: list[str]) -> dict[str, dict]:
     from django.db import connection, connections
 
     skills = skills_create(args.skills)
+    bench_version_record()
     started = time.perf_counter()
     with connection.cursor() as cursor:
         tasks_insert(cursor, count=args.tasks, skill_id=cycle(skills))
@@ -143,6 +145,10 @@ def run(args: argparse.Namespace, phases: list[str]) -> dict[str, dict]:
             if phase == "http" else ids[t::args.takers]
             for t in range(args.takers)
         ]
+    with connection.cursor() as cursor:
+        # Statistics of every table, as autovacuum keeps them in production: the workers,
+        # their skills and tokens were written after the tasks' ANALYZE above.
+        cursor.execute("ANALYZE")
     print(f"{args.takers} takers, {args.share} per queue, on "
           f"{len(set(taker_skill))} skills; "
           f"{per_taker} workers per service/HTTP taker (capacity {CAPACITY})")

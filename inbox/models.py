@@ -72,9 +72,11 @@ class Task(models.Model):
 
     entered_at = models.DateTimeField(help_text="When the execution entered the stage.")
     created_at = models.DateTimeField(auto_now_add=True)
+    # No index of its own: task_by_assignee (assignee, state) serves every lookup by
+    # assignee, and one index fewer is one fewer to write on each change of hands.
     assignee = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT,
-        related_name="held_tasks",
+        related_name="held_tasks", db_index=False,
     )
     offer_deadline = models.DateTimeField(null=True, blank=True)
     work_deadline = models.DateTimeField(null=True, blank=True)
@@ -158,7 +160,10 @@ class Task(models.Model):
 class TaskEvent(models.Model):
     """One state change of a task; append-only, each hash chained to the one before."""
 
-    task = models.ForeignKey(Task, on_delete=models.PROTECT, related_name="events")
+    # No index of its own: task_event_version_unique (task, version) serves every lookup
+    # by task, and each event appended writes one index fewer.
+    task = models.ForeignKey(Task, on_delete=models.PROTECT, related_name="events",
+                             db_index=False)
     version = models.PositiveIntegerField(help_text="The task's version after this change.")
     action = models.CharField(max_length=32)
     from_state = models.CharField(max_length=16, blank=True)

@@ -10,6 +10,15 @@ BEFORE_HEAD = [("inbox", "0008_outbox_withdrawn")]
 HEAD = [("inbox", "0009_task_chain_head")]
 
 
+@pytest.fixture(autouse=True)
+def migrated_to_latest():
+    """Leave the database at the latest migrations: the tests after these ones need the
+    schema (and 0010's take-next function) every other test runs on."""
+    yield
+    executor = MigrationExecutor(connection)
+    executor.migrate(executor.loader.graph.leaf_nodes())
+
+
 def test_the_chain_head_migration_names_each_tasks_latest_event(make_task, make_worker):
     """Tasks made before the head existed get their latest event's hash; events link on."""
     from inbox.history import events_verify
@@ -29,3 +38,24 @@ def test_the_chain_head_migration_names_each_tasks_latest_event(make_task, make_
         assert heads[task.pk] == latest.hash != GENESIS_HASH
     released = task_release(worker=worker, task_id=taken.pk)
     assert events_verify(task=released) is None
+
+
+def test_the_covered_foreign_key_indexes_are_gone_and_their_constraints_stay():
+    """Migration 0011: no index on assignee alone or on an event's task alone; the
+    composite indexes that cover them, and both foreign keys, are still there."""
+    with connection.cursor() as cursor:
+        tasks = connection.introspection.get_constraints(cursor, "inbox_task")
+        events = connection.introspection.get_constraints(cursor, "inbox_taskevent")
+
+    def indexed(constraints: dict, columns: list[str]) -> list[str]:
+        return [name for name, c in constraints.items()
+                if c["index"] and not c["primary_key"] and c["columns"] == columns]
+    assert indexed(tasks, ["assignee_id"]) == []
+    assert indexed(events, ["task_id"]) == []
+    assert "task_by_assignee" in tasks
+    assert tasks["task_by_assignee"]["columns"] == ["assignee_id", "state"]
+    assert events["task_event_version_unique"]["columns"] == ["task_id", "version"]
+    assert any(c["foreign_key"] == ("accounts_user", "id") and c["columns"] == ["assignee_id"]
+               for c in tasks.values())
+    assert any(c["foreign_key"] == ("inbox_task", "id") and c["columns"] == ["task_id"]
+               for c in events.values())
