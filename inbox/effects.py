@@ -71,7 +71,9 @@ def after_commit_many(changes: Iterable[tuple[Task, Iterable[Effect], int | None
     once the open transaction commits: one hook and one broker connection for them all.
 
     A batch's hundreds of messages each acquiring the broker connection cost a third of
-    a backlog sweep's time (bench/sweeper.py); each message stays its own Celery task.
+    a backlog sweep's time (bench/sweeper.py), and building each message most of the rest
+    of Celery's share: the callbacks and offers go as one message per BATCH_MAX
+    (batched()).
     """
     messages = [message for task, effects, outbox_id, callback_delay in changes
                 for message in _messages(task=task, effects=effects, outbox_id=outbox_id,
@@ -152,13 +154,48 @@ def enqueue_later(name: str, *arguments: Any, countdown: float) -> None:
     app.tasks[name].apply_async(arguments, countdown=countdown, producer=_producer.get())
 
 
+# The Celery task that does, for a list of the one argument, what each of these does for
+# one; a batch's messages to one of them go as one message per BATCH_MAX.
+BATCH_NAMES = {
+    TASK_NAMES[Effect.CALLBACK]: "inbox.tasks.callbacks_send_task",
+    TASK_NAMES[Effect.DISPATCH]: "inbox.tasks.dispatch_many_task",
+}
+BATCH_MAX = 100
+
+
+def batched(messages: list[Message]) -> list[Message]:
+    """Return messages with those of a batch form grouped: one message per BATCH_MAX of the
+    same task and countdown; identical messages once (the signal relay's, which takes no
+    argument: one relay sends whatever is due). The rest keep their order."""
+    out: list[Message] = []
+    groups: dict[tuple[str, float], list[Any]] = {}
+    seen: set[Message] = set()
+    for name, arguments, countdown in messages:
+        if name in BATCH_NAMES and len(arguments) == 1:
+            groups.setdefault((name, countdown), []).append(arguments[0])
+        elif not arguments:
+            if (name, arguments, countdown) not in seen:
+                seen.add((name, arguments, countdown))
+                out.append((name, arguments, countdown))
+        else:
+            out.append((name, arguments, countdown))
+    for (name, countdown), values in groups.items():
+        if len(values) == 1:  # One alone: as a single transition sends it.
+            out.append((name, (values[0],), countdown))
+            continue
+        for start in range(0, len(values), BATCH_MAX):
+            out.append((BATCH_NAMES[name], (values[start:start + BATCH_MAX],), countdown))
+    return out
+
+
 def enqueue_all(messages: list[Message]) -> None:
-    """Enqueue each message over one broker connection; one that fails does not stop the
-    others (each is logged with its traceback, and beat heals it, as after_commit's)."""
+    """Enqueue the messages, batched (batched()), over one broker connection; one that fails
+    does not stop the others (each is logged with its traceback, and beat heals it, as
+    after_commit's: the outbox drain sends the callbacks, dispatch_pending offers)."""
     with app.producer_or_acquire() as producer:
         token = _producer.set(producer)
         try:
-            for name, arguments, countdown in messages:
+            for name, arguments, countdown in batched(messages):
                 try:
                     if countdown:
                         enqueue_later(name, *arguments, countdown=countdown)

@@ -11,8 +11,8 @@ import logging
 from celery import shared_task
 
 from inbox.notifications import notify
-from inbox.services.callback import callback_send, outbox_drain
-from inbox.services.dispatcher import dispatch_pending, task_dispatch
+from inbox.services.callback import callback_send, callbacks_send, outbox_drain
+from inbox.services.dispatcher import dispatch_pending, task_dispatch, tasks_dispatch
 from inbox.services.intake import intake_poll_once
 from inbox.services.signals import signals_relay
 from inbox.timeline import timeline_refresh
@@ -31,6 +31,14 @@ def callback_send_task(outbox_id: int) -> str:
     its next_attempt_at, and outbox_drain_task sends it when it is due.
     """
     return callback_send(outbox_id=outbox_id)
+
+
+@shared_task
+def callbacks_send_task(outbox_ids: list[int]) -> int:
+    """Send a batch's outbox rows (enqueued on commit by a batch of transitions, the
+    sweeper's aborts): one message for them all. What must wait is left to the drain, as
+    callback_send_task leaves it."""
+    return callbacks_send(outbox_ids=outbox_ids)
 
 
 # A drain goes on with batch after batch for this long: under beat's 5 s period, so a
@@ -54,6 +62,12 @@ def outbox_drain_task() -> int:
 def dispatch_task(task_id: str) -> None:
     """Offer one queued push-queue task to the best eligible worker."""
     task_dispatch(task_id=task_id)
+
+
+@shared_task(ignore_result=True)
+def dispatch_many_task(task_ids: list[str]) -> int:
+    """Offer each of a batch's queued push-queue tasks (one message for them all)."""
+    return tasks_dispatch(task_ids=task_ids)
 
 
 @shared_task(ignore_result=True)

@@ -461,6 +461,44 @@ def outbox_drain(*, batch: int = 100, budget_seconds: float = 0.0) -> int:
     return handled + _recorded(previous)
 
 
+def callbacks_send(*, outbox_ids: list[int]) -> int:
+    """Send the given outbox rows (one batch's on-commit callbacks) that are due; return
+    how many got an outcome. Rows not pending, not yet due or claimed by another sender
+    are skipped, as callback_send skips them. One claim, one read, the batch's permits in
+    one increment and the calls from a pool, as a drain's batch. Call it outside any
+    transaction: it calls Step Functions."""
+    rows = _claimed_rows(_claim_ids(outbox_ids))
+    ready, settled = _prepared(rows)
+    senders = max(1, min(int(_setting("INBOX_CALLBACK_SENDERS")), len(ready) or 1))
+    with ThreadPoolExecutor(max_workers=senders, thread_name_prefix="callback-send") as pool:
+        sending = _send_start(pool, ready)
+        # Leaving the pool waits for the calls (recorded below) to return.
+    return settled + _recorded(sending)
+
+
+def _claim_ids(outbox_ids: list[int]) -> dict[int, int]:
+    """Claim those of the rows that are due and pending for one attempt each (one UPDATE);
+    return each claimed row's id and its attempts."""
+    if not outbox_ids:
+        return {}
+    now = timezone.now()
+    lease = datetime.timedelta(seconds=_setting("INBOX_CALLBACK_LEASE_SECONDS"))
+    ops, table = connection.ops, connection.ops.quote_name(Outbox._meta.db_table)
+    ids = sorted({int(pk) for pk in outbox_ids})
+    pending = str(OutboxStatus.PENDING)
+    with connection.cursor() as cursor:
+        # A conditional update, as _claim's: of two senders racing for a row, exactly one
+        # changes it, and the lease keeps it from being due again while this attempt runs.
+        cursor.execute(
+            f"UPDATE {table} SET attempts = attempts + 1, next_attempt_at = %s "  # noqa: S608
+            f"WHERE status = %s AND next_attempt_at <= %s "
+            f"AND id IN ({', '.join(['%s'] * len(ids))}) RETURNING id, attempts",
+            [ops.adapt_datetimefield_value(now + lease), pending,
+             ops.adapt_datetimefield_value(now), *ids],
+        )
+        return dict(cursor.fetchall())
+
+
 def _claim_due(*, limit: int) -> list[Outbox]:
     """Claim up to limit due pending rows for one attempt each (one UPDATE); return them."""
     now = timezone.now()
@@ -493,6 +531,11 @@ def _claim_due(*, limit: int) -> list[Outbox]:
              ops.adapt_datetimefield_value(now + lease), pending],
         )
         claimed = dict(cursor.fetchall())
+    return _claimed_rows(claimed)
+
+
+def _claimed_rows(claimed: dict[int, int]) -> list[Outbox]:
+    """Read the claimed rows (id: attempts) with what sending them needs, oldest due first."""
     if not claimed:
         return []
     rows = list(

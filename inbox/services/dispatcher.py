@@ -2,21 +2,26 @@
 
 An offer reserves a queued task for one eligible worker until its offer clock runs out
 (the clock service withdraws it then). It is made after the change that freed the task
-commits (inbox.effects enqueues ``dispatch_task``), and beat offers whatever nobody was
-available for (``dispatch_pending``).
+commits (inbox.effects enqueues ``dispatch_task``, or ``dispatch_many_task`` for a
+batch's), and beat offers whatever nobody was available for (``dispatch_pending``).
 """
 
+import logging
 from typing import Any
 
 from django.db import transaction
 
 from accounts.models import Dispatch, User
+from config.errors import InboxError
 from inbox.eligibility import REOFFER_COOLDOWN, eligible_verdicts, worker_verdict
 from inbox.lifecycle import IllegalTransition, transition
 from inbox.models import Task, TaskState
 from inbox.selectors import worker_lock
 
-__all__ = ["REOFFER_COOLDOWN", "dispatch_pending", "offer_candidates", "task_dispatch"]
+__all__ = ["REOFFER_COOLDOWN", "dispatch_pending", "offer_candidates", "task_dispatch",
+           "tasks_dispatch"]
+
+logger = logging.getLogger(__name__)
 
 DISPATCH_BATCH = 200
 
@@ -48,6 +53,26 @@ def task_dispatch(*, task_id: Any) -> Task | None:
             except IllegalTransition:
                 return None  # Someone else changed the task first; nothing to offer.
     return None
+
+
+def tasks_dispatch(*, task_ids: list[Any]) -> int:
+    """Offer each of the tasks (one batch's on-commit dispatches); return how many were offered.
+
+    One task that fails to be offered does not stop the others: each failure is logged
+    with its traceback, and once all were tried the first is raised (dispatch_pending
+    offers those tasks again on beat's next run).
+    """
+    offered, failures = 0, []
+    for task_id in task_ids:
+        try:
+            offered += task_dispatch(task_id=task_id) is not None
+        except Exception as exc:
+            logger.exception("Offering task %s failed", task_id)
+            failures.append(exc)
+    if failures:
+        raise InboxError(f"{len(failures)} of {len(task_ids)} offers failed; the first: "
+                         f"{failures[0]}") from failures[0]
+    return offered
 
 
 def dispatch_pending(*, batch: int = DISPATCH_BATCH) -> int:

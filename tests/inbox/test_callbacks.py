@@ -609,6 +609,36 @@ def test_a_drain_of_a_backlog_sends_each_row_once(invoice_machine, reviewer, spy
 
 
 @pytest.mark.emulator
+def test_a_batch_message_sends_its_due_rows_once_and_skips_the_rest(
+    invoice_machine, reviewer, spy
+):
+    """callbacks_send (one Celery message for a batch's callbacks): each due pending row is
+    sent once, one not yet due and one already sent are skipped, and sending the same ids
+    again sends nothing."""
+    reviews = [_review(invoice_machine) for _ in range(4)]
+    rows = [(_complete if number % 2 else _reject)(review, reviewer)
+            for number, review in enumerate(reviews)]
+    assert callback_send(outbox_id=rows[0].pk) == SendResult.SENT  # already sent
+    Outbox.objects.filter(pk=rows[1].pk).update(  # not yet due
+        next_attempt_at=timezone.now() + datetime.timedelta(hours=1))
+    spy.calls.clear()
+    spy.tokens.clear()
+    ids = [row.pk for row in rows]
+
+    assert callbacks.callbacks_send(outbox_ids=ids) == 2
+    assert callbacks.callbacks_send(outbox_ids=ids) == 0
+
+    assert Counter(spy.tokens) == Counter({reviews[2].token: 1, reviews[3].token: 1})
+    states = dict(Outbox.objects.filter(pk__in=ids).values_list("pk", "status"))
+    assert [states[pk] for pk in ids] == [OutboxStatus.SENT, OutboxStatus.PENDING,
+                                          OutboxStatus.SENT, OutboxStatus.SENT]
+    for review in reviews[2:]:
+        assert execution_wait(execution_arn=review.execution)["status"] in (
+            "SUCCEEDED", "FAILED")
+        assert [e.action for e in review.task.events.order_by("version")][-1] == "delivered"
+
+
+@pytest.mark.emulator
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
 def test_two_drains_at_once_never_send_a_row_twice(

@@ -391,11 +391,12 @@ def test_the_statements_of_a_sweep_do_not_grow_with_the_rows_due(make_task, swee
     assert counts[0] == counts[1], counts
 
 
-def test_the_effects_of_a_batch_run_after_commit_one_per_task(
+def test_the_effects_of_a_batch_run_after_commit_each_task_once_in_one_message(
     make_task, sweep_worker, monkeypatch, django_capture_on_commit_callbacks
 ):
-    """Each abort sends its own outbox row, each lapse in a push queue is offered again,
-    each escalation mails the supervisors; a pull queue's task waits for a take."""
+    """Each abort's outbox row is sent, each lapse in a push queue is offered again, each
+    escalation mails the supervisors; a pull queue's task waits for a take. The batch's
+    callbacks go as one message, and its offers as one (inbox.effects.batched)."""
     from inbox import effects
 
     sent: list[tuple] = []
@@ -405,14 +406,15 @@ def test_the_effects_of_a_batch_run_after_commit_one_per_task(
     sent.clear()
     with django_capture_on_commit_callbacks(execute=True):
         deadlines_sweep(now=timezone.now() + _seconds(hours=1))
-    outbox = set(Outbox.objects.values_list("pk", flat=True))
+    outbox = Outbox.objects.values_list("pk", flat=True)
     assert Counter(name for name, _ in sent) == {
-        "inbox.tasks.dispatch_task": 3, "inbox.tasks.callback_send_task": 2,
+        "inbox.tasks.dispatch_many_task": 1, "inbox.tasks.callbacks_send_task": 1,
         "inbox.tasks.notify_task": 1}
-    assert {arguments for name, arguments in sent if name.endswith("dispatch_task")} == {
-        (str(task.pk),) for task in due["offer"]}
-    assert {arguments[0] for name, arguments in sent
-            if name.endswith("callback_send_task")} == outbox
+    [offered] = [arguments[0] for name, arguments in sent if name.endswith("dispatch_many_task")]
+    assert sorted(offered) == sorted(str(task.pk) for task in due["offer"])
+    [called] = [arguments[0] for name, arguments in sent
+                if name.endswith("callbacks_send_task")]
+    assert sorted(called) == sorted(outbox) and len(called) == 2
 
 
 def test_one_broken_task_fails_alone_and_the_rest_of_its_batch_is_handled(

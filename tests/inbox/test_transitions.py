@@ -15,7 +15,8 @@ import pytest
 from django.utils import timezone
 
 from accounts.roles import Role
-from config.errors import Conflict
+from config.celery import app
+from config.errors import Conflict, InboxError
 from inbox import effects
 from inbox.effects import TASK_NAMES
 from inbox.history import events_verify
@@ -368,3 +369,49 @@ def test_a_batch_enqueues_over_one_connection_and_one_failed_enqueue_stops_no_ot
     assert [record.getMessage() for record in caplog.records if record.levelname == "ERROR"
             ] == [f"Enqueueing inbox.tasks.notify_task('escalated', '{tasks[0].pk}') failed"]
     assert effects._producer.get() is None
+
+
+def test_batched_groups_a_batchs_callbacks_and_offers_and_sends_one_relay():
+    """One message per BATCH_MAX of the same task and countdown; one alone stays as it is;
+    argument-less messages (the signal relay) once; the others untouched, in order."""
+    callback, dispatch = effects.TASK_NAMES[effects.Effect.CALLBACK], effects.TASK_NAMES[
+        effects.Effect.DISPATCH]
+    relay, notify = effects.TASK_NAMES[effects.Effect.SIGNAL], "inbox.tasks.notify_task"
+    count = effects.BATCH_MAX + 5
+    messages = [(callback, (n,), 0) for n in range(count)]
+    messages += [(dispatch, ("only",), 0), (relay, (), 0), (notify, ("escalated", "a"), 0),
+                 (relay, (), 0), (callback, (900,), 5.25), (notify, ("escalated", "b"), 0)]
+
+    out = effects.batched(messages)
+
+    assert out == [
+        (relay, (), 0), (notify, ("escalated", "a"), 0), (notify, ("escalated", "b"), 0),
+        ("inbox.tasks.callbacks_send_task", (list(range(effects.BATCH_MAX)),), 0),
+        ("inbox.tasks.callbacks_send_task", (list(range(effects.BATCH_MAX, count)),), 0),
+        (dispatch, ("only",), 0), (callback, (900,), 5.25)]
+    assert set(effects.BATCH_NAMES.values()) <= set(app.tasks)
+
+
+def test_offering_a_batch_tries_every_task_and_then_says_what_failed(
+    make_task, monkeypatch, caplog
+):
+    """tasks_dispatch: a task that fails to be offered is logged and the others are still
+    tried; then the first failure is raised (beat's dispatch_pending offers it again)."""
+    from inbox.services import dispatcher
+
+    tried = []
+
+    def task_dispatch(*, task_id):
+        tried.append(task_id)
+        if task_id == "b":
+            raise RuntimeError("the database went away")
+        return object() if task_id != "c" else None
+
+    monkeypatch.setattr(dispatcher, "task_dispatch", task_dispatch)
+    with pytest.raises(InboxError, match="1 of 4 offers failed; the first: the database"):
+        dispatcher.tasks_dispatch(task_ids=["a", "b", "c", "d"])
+    assert tried == ["a", "b", "c", "d"]
+    assert [r.getMessage() for r in caplog.records if r.levelname == "ERROR"] == [
+        "Offering task b failed"]
+    monkeypatch.setattr(dispatcher, "task_dispatch", lambda *, task_id: object())
+    assert dispatcher.tasks_dispatch(task_ids=["a", "b"]) == 2
