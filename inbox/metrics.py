@@ -1,5 +1,8 @@
 """Metrics in Prometheus' text format: queues, clocks, the outbox, the intake, callback errors.
 
+config/prometheus/alerts.yml holds the alert rules that read them (tests/config/test_alerts.py
+runs promtool on them).
+
 Gauges are read when /metrics is scraped, with a fixed number of aggregate queries (their
 count does not grow with the data), so every web process gives the same answer: scrape
 through the load balancer. Counters that several processes add to (callback errors,
@@ -32,8 +35,9 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from accounts.models import Skill
 from config.errors import ExternalServiceError
 from inbox.board import skill_counts
-from inbox.models import OPEN_STATES, Outbox, OutboxStatus, SignalOutbox
+from inbox.models import OPEN_STATES, Outbox, OutboxStatus, SignalOutbox, Task
 from inbox.ratelimit import CACHE_ALIAS, counter_increment
+from inbox.services.clock import clocks
 from processes import aws
 
 logger = logging.getLogger(__name__)
@@ -101,6 +105,7 @@ class InboxCollector:
             labels=["source"],
         )
         yield from self._tasks(now)
+        yield from self._clocks(now)
         yield from self._outbox(now)
         try:
             yield from self._intake()
@@ -140,6 +145,19 @@ class InboxCollector:
             oldest.add_metric([slug], max(waited, 0.0))
             overdue.add_metric([slug], row["overdue"])
         yield from (tasks, oldest, overdue)
+
+    def _clocks(self, now: datetime.datetime) -> Iterator[Metric]:
+        lateness = GaugeMetricFamily(
+            "inbox_clock_lateness_seconds",
+            "How long the clock's earliest due deadline has waited for the clock process to "
+            "apply it; 0 when none is due.", labels=["clock"],
+        )
+        for clock in clocks(now):
+            # The sweeper's own due rows: one MIN per clock, read from its partial index.
+            first = Task.objects.filter(clock.due).aggregate(first=Min(clock.column))["first"]
+            late = (now - first).total_seconds() if first else 0.0
+            lateness.add_metric([clock.name], max(late, 0.0))
+        yield lateness
 
     def _outbox(self, now: datetime.datetime) -> Iterator[Metric]:
         backlog = Outbox.objects.filter(status=OutboxStatus.PENDING).aggregate(

@@ -22,6 +22,7 @@ from inbox.models import Task
 from inbox.tokens import token_digest
 from processes import aws
 from tests.factories import envelope, sqs_message
+from tests.promtool import PROMTOOL
 from tests.sfn import unique
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -46,6 +47,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for item in items:
             if "browser" in item.keywords:
                 item.add_marker(skip_browser)
+    if not os.path.exists(PROMTOOL):
+        skip_promtool = pytest.mark.skip(
+            reason=f"needs promtool at {PROMTOOL}, from Debian's prometheus package: "
+            "apt-get install --no-install-recommends prometheus (.ci/run installs it)"
+        )
+        for item in items:
+            if "promtool" in item.keywords:
+                item.add_marker(skip_promtool)
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:

@@ -22,6 +22,7 @@ from accounts.roles import Role
 from accounts.services import skill_ensure
 from inbox.models import Outbox, Task
 from inbox.services.callback import SendResult, callback_send
+from inbox.services.clock import deadlines_sweep
 from inbox.services.worker import task_complete, task_take_next
 from processes import aws
 
@@ -103,6 +104,24 @@ def test_overdue_counts_a_task_past_its_work_deadline(private_intake, make_task,
     assert _value(_scrape(), "inbox_tasks_overdue", skill="invoice-review") == 0
     clock.advance(seconds=1.2)
     assert _value(_scrape(), "inbox_tasks_overdue", skill="invoice-review") == 1
+
+
+def test_clock_lateness_is_how_long_the_earliest_due_deadline_waits_for_the_sweeper(
+    private_intake, make_task, reviewer, clock
+):
+    make_task(timeouts={"offer": 300, "work": 1, "overall": 86400})
+    make_task(timeouts={"offer": 300, "work": 600, "overall": 86400})
+    task_take_next(worker=reviewer)  # the older one: its work clock is one second
+    on_time = _scrape()
+    for name in ("offer", "work", "overall"):
+        assert _value(on_time, "inbox_clock_lateness_seconds", clock=name) == 0
+    clock.advance(seconds=31)
+    late = _scrape()
+    assert _value(late, "inbox_clock_lateness_seconds", clock="work") == pytest.approx(30)
+    assert _value(late, "inbox_clock_lateness_seconds", clock="offer") == 0
+    assert _value(late, "inbox_clock_lateness_seconds", clock="overall") == 0
+    assert deadlines_sweep()["work"] == 1
+    assert _value(_scrape(), "inbox_clock_lateness_seconds", clock="work") == 0
 
 
 def test_outbox_backlog_and_age_follow_pending_callbacks(private_intake, make_task, reviewer):
@@ -203,8 +222,9 @@ def test_query_count_does_not_grow_with_tasks_or_skills(private_intake, make_tas
     with CaptureQueriesContext(connection) as many:
         samples = _scrape()
     assert _value(samples, "inbox_tasks", state="queued", skill="extra-3") == 1
-    # Skills and tasks, the task counts, the callback outbox, the signal outbox.
-    assert len(many.captured_queries) == len(few.captured_queries) == 4
+    # Skills and tasks, the task counts, one MIN per clock, the callback outbox, the signal
+    # outbox.
+    assert len(many.captured_queries) == len(few.captured_queries) == 7
 
 
 def test_anonymous_and_wrong_token_get_401(db):
