@@ -702,15 +702,17 @@ def take_next_applied(*, worker: User, skill: str | None = None) -> Task | None:
     signal = bool(settings.INBOX_SIGNALS_BUS)
     with connection.cursor() as cursor:
         cursor.execute(  # The columns are the models' own names, never input.
-            f"SELECT {_TAKEN_COLUMNS} FROM inbox_take_next(%s, %s, %s, %s, %s, %s) t "  # noqa: S608
-            "JOIN accounts_skill s ON s.id = t.skill_id",
+            f"SELECT {_TAKEN_COLUMNS}, r.taken_history "  # noqa: S608
+            "FROM inbox_take_next(%s, %s, %s, %s, %s, %s) r "
+            "JOIN accounts_skill s ON s.id = (r.taken).skill_id",
             [worker.pk, skill or None, now, worker.email, json.dumps(worker.email), signal])
         found = cursor.fetchone()
     if found is None:
         return None
     task = _from_row(Task, found[:len(_TASK_FIELDS)], connection)
-    task.skill = _from_row(Skill, found[len(_TASK_FIELDS):], connection)
+    task.skill = _from_row(Skill, found[len(_TASK_FIELDS):-1], connection)
     task.assignee = worker
+    task.events_read = _history_read(found[-1], task_id=task.pk, connection=connection)
     if signal:
         effects.after_commit(task=task, effects=(*row.all_effects, Effect.SIGNAL))
     changes.info("task %s… %s → %s (%s by %s)", str(task.pk)[:8], row.sources[0],
@@ -720,8 +722,27 @@ def take_next_applied(*, worker: User, skill: str | None = None) -> Task | None:
 
 _TASK_FIELDS = Task._meta.concrete_fields
 _TAKEN_COLUMNS = ", ".join(
-    [f't."{field.column}"' for field in _TASK_FIELDS]
+    [f'(r.taken)."{field.column}"' for field in _TASK_FIELDS]
     + [f's."{field.column}"' for field in Skill._meta.concrete_fields])
+# The order of each event's columns in the function's history (migration 0012).
+HISTORY_COLUMNS = ("id", "version", "action", "from_state", "to_state", "actor_id",
+                   "actor_label", "reason", "data", "at", "prev_hash", "hash")
+_EVENT_NAMES = [field.attname for field in TaskEvent._meta.concrete_fields]
+
+
+def _history_read(history: Any, *, task_id: Any, connection: Any) -> list[TaskEvent]:
+    """Return the events of the function's history (JSON arrays), as the ORM reads them."""
+    if isinstance(history, str):  # JSON text, where the driver hands it over undecoded
+        history = json.loads(history)
+    events = []
+    for values in history:
+        row = dict(zip(HISTORY_COLUMNS, values, strict=True))
+        row["at"] = datetime.datetime.fromisoformat(row["at"])
+        row["task_id"] = task_id
+        # from_db takes every column in the model's own order.
+        events.append(TaskEvent.from_db(connection.alias, _EVENT_NAMES,
+                                        [row[name] for name in _EVENT_NAMES]))
+    return events
 
 
 def _from_row(model: type, values: tuple[Any, ...], connection: Any) -> Any:

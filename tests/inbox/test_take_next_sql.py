@@ -1,4 +1,4 @@
-"""Take next in one round trip on PostgreSQL (the function inbox_take_next, migration 0010).
+"""Take next in one round trip on PostgreSQL (the function inbox_take_next, migrations 0010, 0012).
 
 The database applies the table's take_next row itself; these tests prove it writes what the
 Python path writes (SQLite's, and PostgreSQL's when the database took nothing): the same
@@ -20,7 +20,7 @@ from inbox.services.worker import task_take_next
 
 pytestmark = pytest.mark.postgres
 
-FUNCTION = importlib.import_module("inbox.migrations.0010_take_next_function")
+FUNCTION = importlib.import_module("inbox.migrations.0012_take_next_history")
 
 
 def _written(task: Task) -> dict:
@@ -158,6 +158,29 @@ def test_the_function_is_the_tables_take_next_row():
     assert "t.state IN ('offered', 'in_progress')" in sql
     assert "'take_next', 'queued', 'in_progress'" in sql
     assert ',"take_next","queued","in_progress",' in sql
+
+
+def test_the_take_answers_the_history_as_stored(make_task, make_worker):
+    """The function's history is the task's events, the take's own last, each as the ORM
+    reads it back: the answer needs no second read, and says what the table holds."""
+    from inbox.selectors import task_history
+    from inbox.services.worker import task_release
+
+    worker = make_worker({"invoice-review": 3})
+    make_task(priority=90)
+    first = task_take_next(worker=worker)
+    task_release(worker=worker, task_id=first.pk)
+    with CaptureQueriesContext(connection) as queries:
+        again = task_take_next(worker=worker)
+        history = list(task_history(task=again))
+    assert len(queries) == 1
+    assert again.pk == first.pk
+    fields = [f.attname for f in TaskEvent._meta.concrete_fields]
+    stored = [[getattr(e, name) for name in fields]
+              for e in TaskEvent.objects.filter(task=again).order_by("version")]
+    assert [[getattr(e, name) for name in fields] for e in history] == stored
+    assert [e.action for e in history][-3:] == ["take_next", "release", "take_next"]
+    assert history[-1].hash == again.chain_head
 
 
 def test_a_take_with_a_signal_bus_writes_its_signal_row(make_task, make_worker, settings,
