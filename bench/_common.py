@@ -238,23 +238,25 @@ stages:
 
 def bench_version_record() -> None:
     """Record BENCH_SPEC as deployed, as processes.services.process_deploy would, but
-    without creating its state machine: the benches that use it start no execution (and
-    talk to no Step Functions endpoint)."""
+    without creating its state machine (nor asking SQS for the intake queue's address):
+    the benches that use it start no execution and talk to no AWS endpoint."""
     import hashlib
 
-    from processes.compiler import compile_spec, state_machine_name
+    from processes.compiler import Target, compile_spec, state_machine_name
     from processes.models import Process, ProcessVersion
-    from processes.services import target_current
     from processes.spec import spec_parse
 
     spec = spec_parse(BENCH_SPEC, source="bench")
     name = state_machine_name(spec.name, spec.version)
+    prefix = "arn:aws:states:us-east-1:123456789012:stateMachine:"
+    target = Target(intake_queue_url="http://127.0.0.1/123456789012/inbox-intake",
+                    state_machine_arn_prefix=prefix)
     process, _ = Process.objects.get_or_create(name=spec.name)
     ProcessVersion.objects.create(
         process=process, version=spec.version, description=spec.description,
         spec_text=BENCH_SPEC, spec_sha256=hashlib.sha256(BENCH_SPEC.encode()).hexdigest(),
-        asl=compile_spec(spec, target=target_current()), state_machine_name=name,
-        state_machine_arn=f"arn:aws:states:us-east-1:123456789012:stateMachine:{name}")
+        asl=compile_spec(spec, target=target), state_machine_name=name,
+        state_machine_arn=prefix + name)
 
 
 def cycle(ids: Sequence[int], by: str = "n") -> str:
