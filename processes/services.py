@@ -28,6 +28,7 @@ from processes.selectors import (
     process_version_latest,
 )
 from processes.spec import ProcessSpec, heartbeat_budget_warnings, spec_parse
+from processes.states_logging import log_group_name, states_logging
 
 logger = logging.getLogger(__name__)
 
@@ -96,12 +97,14 @@ def process_deploy(
         _state_machine_ensure(version=deployed)
         return deployed, False
 
-    asl = compile_spec(spec, target=target_current())
+    target = target_current()
+    asl = compile_spec(spec, target=target)
     machine_name = state_machine_name(spec.name, spec.version)
     # Before the row: a crash in between leaves a state machine no row points to, and
     # the retry simply updates it. The reverse order would leave a row without a machine.
     arn = aws.state_machine_create_or_update(
-        name=machine_name, definition=asl, role_arn=settings.INBOX_STATES_ROLE_ARN
+        name=machine_name, definition=asl, role_arn=settings.INBOX_STATES_ROLE_ARN,
+        logging=_states_logging(process=spec.name, machine_arn=target.state_machine_arn_prefix),
     )
     with transaction.atomic():
         process, _ = Process.objects.get_or_create(name=spec.name)
@@ -178,6 +181,8 @@ def _state_machine_ensure(*, version: ProcessVersion) -> None:
         name=version.state_machine_name,
         definition=version.asl,
         role_arn=settings.INBOX_STATES_ROLE_ARN,
+        logging=_states_logging(process=version.process.name,
+                                machine_arn=version.state_machine_arn),
     )
     if arn != version.state_machine_arn:
         raise Conflict(
@@ -185,6 +190,21 @@ def _state_machine_ensure(*, version: ProcessVersion) -> None:
             f"names it {arn}: the settings point at another account or region than the one "
             "this database was deployed to."
         )
+
+
+def _states_logging(*, process: str, machine_arn: str) -> dict[str, Any]:
+    """Make sure the process's log group exists; return the loggingConfiguration to deploy with.
+
+    machine_arn: a state machine ARN (or the ARN prefix) of the account and region.
+    Never execution data: it holds the task tokens.
+    """
+    _arn, partition, _states, region, account = machine_arn.split(":")[:5]
+    group = log_group_name(prefix=settings.INBOX_INFRA_PREFIX, process=process)
+    aws.log_group_ensure(name=group, retention_days=settings.INBOX_STATES_LOG_RETENTION_DAYS)
+    return states_logging(
+        log_group_arn=f"arn:{partition}:logs:{region}:{account}:log-group:{group}:*",
+        level=settings.INBOX_STATES_LOG_LEVEL,
+    )
 
 
 # Start -------------------------------------------------------------------------------
