@@ -64,7 +64,8 @@ _OPAQUE_RUN = re.compile(r"[A-Za-z0-9+/=_\-]{32,}")
 _MESSAGE_LIMIT = 300
 
 # Kept for 14 days (the SQS maximum) so a rejected envelope outlives the intake queue's
-# own retention and an admin has time to look at it.
+# own retention and an admin has time to look at it. The CloudFormation template
+# (processes/infra.py) gives its queues the same attributes.
 DLQ_RETENTION_SECONDS = 14 * 24 * 3600
 # The intake worker validates, encrypts and upserts a batch of 10 well within this.
 INTAKE_VISIBILITY_TIMEOUT = 60

@@ -1,7 +1,8 @@
 """Where and how state machines log to CloudWatch Logs: one log group per process.
 
-process_deploy gives every state machine it creates this configuration. Never with
-execution data: it holds every human stage's task token (the TaskScheduled parameters).
+Both ways of deploying use it: process_deploy (the quick path of ./dev run and the tests)
+and the CloudFormation template (processes/infra.py). Never with execution data: it holds
+every human stage's task token (the TaskScheduled parameters).
 """
 
 from typing import Any
