@@ -19,6 +19,7 @@ from django.core.management import CommandError, call_command
 from django.utils import timezone
 
 from config.errors import ExternalServiceError
+from inbox.tokens import token_decrypt
 from processes.compiler import Target, compile_spec, state_machine_name
 from processes.infra import InfraConfig, InfraError, Machine, template_build, template_render
 from processes.infra_iam import LOGS_DELIVERY
@@ -379,6 +380,30 @@ def test_the_command_refuses_with_the_reason_and_writes_nothing(recorded, settin
                                            r"'another-queue'"):
         call_command("infra_template", "--output", str(target), stderr=io.StringIO())
     assert not target.exists()
+
+
+@pytest.mark.emulator
+@pytest.mark.django_db
+def test_the_template_holds_no_task_token_and_no_secret(recorded, settings, make_task):
+    """Tokens in the inbox and every secret of the settings stay out of the template."""
+    process_deploy(text=SCORING.replace("process: scoring", f"process: {unique_name('tok')}"),
+                   source="spec")
+    task = make_task()
+    settings.INBOX_METRICS_TOKEN = "m" * 40
+    out = io.StringIO()
+    call_command("infra_template", "--format", "json", stdout=out, stderr=io.StringIO())
+    text = out.getvalue()
+    secrets = [token_decrypt(task.token_ciphertext), settings.SECRET_KEY,
+               settings.INBOX_TOKEN_DIGEST_KEY, settings.INBOX_METRICS_TOKEN,
+               *settings.INBOX_TOKEN_KEYS]
+    password = settings.DATABASES["default"].get("PASSWORD")
+    secrets += [password] if password else []
+    assert all(secret and secret not in text for secret in secrets)
+    # The definitions hold the path of the token Step Functions puts in, never a value.
+    assert text.count('\\"taskToken.$\\": \\"$$.Task.Token\\"') == 1
+    for resource in json.loads(text)["Resources"].values():
+        if resource["Type"] == "AWS::StepFunctions::StateMachine":
+            assert resource["Properties"]["LoggingConfiguration"]["IncludeExecutionData"] is False
 
 
 def _id(name: str) -> str:
