@@ -239,6 +239,25 @@ INBOX_STATES_ROLE_ARN = env_str(
     "INBOX_STATES_ROLE_ARN",
     "arn:aws:iam::123456789012:role/inbox-states" if INBOX_EMULATOR else None,
 )
+# With the CloudFormation template (manage.py infra_template) the stack creates the state
+# machines: a deploy then records the version and its ARN and never calls Step Functions.
+INBOX_STATE_MACHINES_FROM_TEMPLATE = env_bool("INBOX_STATE_MACHINES_FROM_TEMPLATE", False)
+# What state machines log to CloudWatch Logs (never their execution data: a task token is
+# in it), and how long their log groups keep it (a value CloudWatch Logs allows).
+INBOX_STATES_LOG_LEVEL = env_choice("INBOX_STATES_LOG_LEVEL", "ERROR", ("ERROR", "FATAL", "ALL"))
+INBOX_STATES_LOG_RETENTION_DAYS = int(env_choice(
+    "INBOX_STATES_LOG_RETENTION_DAYS", "90",
+    ("1", "3", "5", "7", "14", "30", "60", "90", "120", "150", "180", "365", "400", "545",
+     "731", "1096", "1827", "2192", "2557", "2922", "3288", "3653"),
+))
+# The first part of every name the template gives (roles, policies, log groups, alarms,
+# the alarm topic): two installations in one account need two prefixes.
+INBOX_INFRA_PREFIX = env_str("INBOX_INFRA_PREFIX", "inbox")
+if not re.fullmatch(r"[a-z][a-z0-9-]{0,19}", INBOX_INFRA_PREFIX):
+    raise ImproperlyConfigured(
+        f"INBOX_INFRA_PREFIX={INBOX_INFRA_PREFIX!r} is not 1 to 20 lowercase letters, digits "
+        "and dashes starting with a letter (it starts IAM role and log group names)."
+    )
 
 # Where people reach the site, for links in notifications.
 INBOX_BASE_URL = env_str("INBOX_BASE_URL", "http://127.0.0.1:8000").rstrip("/")

@@ -21,10 +21,10 @@ from django.conf import settings
 
 from config.errors import ExternalServiceError
 
-Service = Literal["stepfunctions", "sqs", "events"]
+Service = Literal["stepfunctions", "sqs", "events", "logs"]
 
 # Long enough for an SQS long poll (20 s) to come back with room to spare.
-_READ_TIMEOUT = {"stepfunctions": 15, "sqs": 30, "events": 15}
+_READ_TIMEOUT = {"stepfunctions": 15, "sqs": 30, "events": 15, "logs": 15}
 _CONNECT_TIMEOUT = 5
 # One quick retry inside botocore; callers run their own bounded retries on `retryable`.
 _MAX_ATTEMPTS = 2
@@ -64,11 +64,12 @@ _OPAQUE_RUN = re.compile(r"[A-Za-z0-9+/=_\-]{32,}")
 _MESSAGE_LIMIT = 300
 
 # Kept for 14 days (the SQS maximum) so a rejected envelope outlives the intake queue's
-# own retention and an admin has time to look at it.
-_DLQ_RETENTION_SECONDS = 14 * 24 * 3600
+# own retention and an admin has time to look at it. The CloudFormation template
+# (processes/infra.py) gives its queues the same attributes.
+DLQ_RETENTION_SECONDS = 14 * 24 * 3600
 # The intake worker validates, encrypts and upserts a batch of 10 well within this.
-_INTAKE_VISIBILITY_TIMEOUT = 60
-_INTAKE_WAIT_SECONDS = 20
+INTAKE_VISIBILITY_TIMEOUT = 60
+INTAKE_WAIT_SECONDS = 20
 # The first calls of several threads at once (the drain's senders) build one client.
 _clients_lock = threading.Lock()
 
@@ -214,7 +215,7 @@ def intake_queues_ensure() -> dict[str, str]:
     """
     dlq_url, dlq_arn = _queue_ensure(
         name=settings.INBOX_INTAKE_DLQ,
-        attributes={"MessageRetentionPeriod": str(_DLQ_RETENTION_SECONDS)},
+        attributes={"MessageRetentionPeriod": str(DLQ_RETENTION_SECONDS)},
     )
     redrive = {
         "deadLetterTargetArn": dlq_arn,
@@ -223,8 +224,8 @@ def intake_queues_ensure() -> dict[str, str]:
     url, arn = _queue_ensure(
         name=settings.INBOX_INTAKE_QUEUE,
         attributes={
-            "VisibilityTimeout": str(_INTAKE_VISIBILITY_TIMEOUT),
-            "ReceiveMessageWaitTimeSeconds": str(_INTAKE_WAIT_SECONDS),
+            "VisibilityTimeout": str(INTAKE_VISIBILITY_TIMEOUT),
+            "ReceiveMessageWaitTimeSeconds": str(INTAKE_WAIT_SECONDS),
             "RedrivePolicy": json.dumps(redrive),
         },
     )
@@ -247,7 +248,7 @@ def status_queue_ensure() -> dict[str, str]:
     """
     dlq_url, dlq_arn = _queue_ensure(
         name=settings.INBOX_STATUS_DLQ,
-        attributes={"MessageRetentionPeriod": str(_DLQ_RETENTION_SECONDS)},
+        attributes={"MessageRetentionPeriod": str(DLQ_RETENTION_SECONDS)},
     )
     rule = settings.INBOX_STATUS_RULE
     rule_arn = _call(
@@ -262,8 +263,8 @@ def status_queue_ensure() -> dict[str, str]:
     url, arn = _queue_ensure(
         name=settings.INBOX_STATUS_QUEUE,
         attributes={
-            "VisibilityTimeout": str(_INTAKE_VISIBILITY_TIMEOUT),
-            "ReceiveMessageWaitTimeSeconds": str(_INTAKE_WAIT_SECONDS),
+            "VisibilityTimeout": str(INTAKE_VISIBILITY_TIMEOUT),
+            "ReceiveMessageWaitTimeSeconds": str(INTAKE_WAIT_SECONDS),
             "RedrivePolicy": json.dumps({"deadLetterTargetArn": dlq_arn,
                                          "maxReceiveCount": settings.INBOX_INTAKE_MAX_RECEIVES}),
             "Policy": json.dumps({
@@ -298,7 +299,7 @@ def messages_receive(
     *,
     url: str,
     max_messages: int = 10,
-    wait_seconds: int = _INTAKE_WAIT_SECONDS,
+    wait_seconds: int = INTAKE_WAIT_SECONDS,
     visibility_timeout: int | None = None,
 ) -> list[dict[str, Any]]:
     """Receive up to max_messages from the queue at url, long-polling wait_seconds.
@@ -373,9 +374,15 @@ def _state_machine_find(*, name: str) -> str | None:
             return None
 
 
-def state_machine_create_or_update(*, name: str, definition: dict, role_arn: str) -> str:
-    """Create a Standard state machine, or update the one called name; return its ARN."""
+def state_machine_create_or_update(*, name: str, definition: dict, role_arn: str,
+                                   logging: dict[str, Any] | None = None) -> str:
+    """Create a Standard state machine, or update the one called name; return its ARN.
+
+    logging: the API's loggingConfiguration (level, includeExecutionData, destinations);
+    None leaves a new machine without logs and an existing one's as they are.
+    """
     body = json.dumps(definition)
+    extra: dict[str, Any] = {} if logging is None else {"loggingConfiguration": logging}
     arn = _state_machine_find(name=name)
     if arn is None:
         try:
@@ -386,6 +393,7 @@ def state_machine_create_or_update(*, name: str, definition: dict, role_arn: str
                 definition=body,
                 roleArn=role_arn,
                 type="STANDARD",
+                **extra,
             )["stateMachineArn"]
         except ExternalServiceError as exc:
             # Another deploy created it between the lookup and the create.
@@ -400,8 +408,29 @@ def state_machine_create_or_update(*, name: str, definition: dict, role_arn: str
         stateMachineArn=arn,
         definition=body,
         roleArn=role_arn,
+        **extra,
     )
     return arn
+
+
+def state_machine_describe(*, state_machine_arn: str) -> dict[str, Any]:
+    """Return DescribeStateMachine's answer (definition, roleArn, loggingConfiguration...)."""
+    return _call(service="stepfunctions", operation="describe_state_machine",
+                 stateMachineArn=state_machine_arn)
+
+
+# CloudWatch Logs ------------------------------------------------------------------------
+
+
+def log_group_ensure(*, name: str, retention_days: int) -> None:
+    """Create the log group called name if missing, and keep its logs retention_days."""
+    try:
+        _call(service="logs", operation="create_log_group", logGroupName=name)
+    except ExternalServiceError as exc:
+        if exc.error_code != "ResourceAlreadyExistsException":
+            raise
+    _call(service="logs", operation="put_retention_policy", logGroupName=name,
+          retentionInDays=retention_days)
 
 
 def execution_start(*, state_machine_arn: str, name: str, input: dict) -> str:

@@ -1,14 +1,15 @@
 """Reads for processes, their versions and executions, and the forms and displays their
 stages name."""
 
+import datetime
 import functools
 
-from django.db.models import Prefetch, QuerySet
+from django.db.models import Prefetch, Q, QuerySet
 
 from config.errors import NotFound
 from processes.display import Display
 from processes.forms import BUILTIN_FORMS, Form
-from processes.models import Execution, Process, ProcessVersion
+from processes.models import Execution, ExecutionStatus, Process, ProcessVersion
 from processes.spec import HumanStage, ProcessSpec, spec_parse
 
 
@@ -54,6 +55,42 @@ def process_version_find(*, name: str, version: int) -> ProcessVersion | None:
         .filter(process__name=name, version=version)
         .first()
     )
+
+
+# A Standard execution runs a year at most (AWS's limit, and a day for a leap year): a
+# version whose executions all started longer ago than this has none running.
+EXECUTION_MAX_AGE = datetime.timedelta(days=366)
+
+
+def process_versions_live(*, now: datetime.datetime) -> list[ProcessVersion]:
+    """Return the deployed versions that may still run executions, by process and version.
+
+    Each process's latest version (new starts go there), every version with an execution
+    started within EXECUTION_MAX_AGE of now or recorded as still running, and every child
+    version these start, and theirs. A version left out has no execution that can still
+    be running: the CloudFormation template (processes/infra.py) leaves its state machine
+    out, and a stack update deletes it.
+    """
+    versions = {(v.process.name, v.version): v
+                for v in ProcessVersion.objects.select_related("process")}
+    latest: dict[str, int] = {}
+    for name, number in versions:
+        latest[name] = max(latest.get(name, 0), number)
+    started = (
+        Execution.objects.filter(Q(started_at__gte=now - EXECUTION_MAX_AGE)
+                                 | Q(status=ExecutionStatus.RUNNING))
+        .values_list("version__process__name", "version__version").distinct()
+    )
+    todo = [*latest.items(), *started]
+    live: set[tuple[str, int]] = set()
+    while todo:
+        key = todo.pop()
+        if key in live or key not in versions:
+            continue
+        live.add(key)
+        version = versions[key]
+        todo.extend(_deployed_spec(version.spec_sha256, version.spec_text).children)
+    return [versions[key] for key in sorted(live)]
 
 
 def execution_list(*, process: Process) -> QuerySet[Execution]:

@@ -28,6 +28,7 @@ from processes.selectors import (
     process_version_latest,
 )
 from processes.spec import ProcessSpec, heartbeat_budget_warnings, spec_parse
+from processes.states_logging import log_group_name, states_logging
 
 logger = logging.getLogger(__name__)
 
@@ -96,13 +97,19 @@ def process_deploy(
         _state_machine_ensure(version=deployed)
         return deployed, False
 
-    asl = compile_spec(spec, target=target_current())
+    target = target_current()
+    asl = compile_spec(spec, target=target)
     machine_name = state_machine_name(spec.name, spec.version)
-    # Before the row: a crash in between leaves a state machine no row points to, and
-    # the retry simply updates it. The reverse order would leave a row without a machine.
-    arn = aws.state_machine_create_or_update(
-        name=machine_name, definition=asl, role_arn=settings.INBOX_STATES_ROLE_ARN
-    )
+    if settings.INBOX_STATE_MACHINES_FROM_TEMPLATE:
+        # The CloudFormation stack creates it (manage.py infra_template) under this ARN.
+        arn = target.state_machine_arn_prefix + machine_name
+    else:
+        # Before the row: a crash in between leaves a state machine no row points to, and
+        # the retry simply updates it. The reverse order would leave a row without a machine.
+        arn = aws.state_machine_create_or_update(
+            name=machine_name, definition=asl, role_arn=settings.INBOX_STATES_ROLE_ARN,
+            logging=_states_logging(process=spec.name, machine_arn=target.state_machine_arn_prefix),
+        )
     with transaction.atomic():
         process, _ = Process.objects.get_or_create(name=spec.name)
         # Serialises deploys of one process, so the checks below see every committed
@@ -173,11 +180,18 @@ def _changed_version_conflict(*, spec: ProcessSpec, process: Process) -> Conflic
 
 
 def _state_machine_ensure(*, version: ProcessVersion) -> None:
-    """Create or update version's state machine with its stored ASL, which never changes."""
+    """Create or update version's state machine with its stored ASL, which never changes.
+
+    With INBOX_STATE_MACHINES_FROM_TEMPLATE the stack owns it: nothing is called.
+    """
+    if settings.INBOX_STATE_MACHINES_FROM_TEMPLATE:
+        return
     arn = aws.state_machine_create_or_update(
         name=version.state_machine_name,
         definition=version.asl,
         role_arn=settings.INBOX_STATES_ROLE_ARN,
+        logging=_states_logging(process=version.process.name,
+                                machine_arn=version.state_machine_arn),
     )
     if arn != version.state_machine_arn:
         raise Conflict(
@@ -185,6 +199,22 @@ def _state_machine_ensure(*, version: ProcessVersion) -> None:
             f"names it {arn}: the settings point at another account or region than the one "
             "this database was deployed to."
         )
+
+
+def _states_logging(*, process: str, machine_arn: str) -> dict[str, Any]:
+    """Make sure the process's log group exists; return the loggingConfiguration to deploy with.
+
+    machine_arn: a state machine ARN (or the ARN prefix) of the account and region.
+    The same log group, level and retention as the CloudFormation template's
+    (processes/infra.py), and never execution data: it holds the task tokens.
+    """
+    _arn, partition, _states, region, account = machine_arn.split(":")[:5]
+    group = log_group_name(prefix=settings.INBOX_INFRA_PREFIX, process=process)
+    aws.log_group_ensure(name=group, retention_days=settings.INBOX_STATES_LOG_RETENTION_DAYS)
+    return states_logging(
+        log_group_arn=f"arn:{partition}:logs:{region}:{account}:log-group:{group}:*",
+        level=settings.INBOX_STATES_LOG_LEVEL,
+    )
 
 
 # Start -------------------------------------------------------------------------------
@@ -306,9 +336,15 @@ def _execution_start_aws(
         )
     except ExternalServiceError as exc:
         if exc.error_code == "StateMachineDoesNotExist":
+            how = (
+                "deploy the CloudFormation stack with a template made since it was deployed "
+                "(manage.py infra_template)"
+                if settings.INBOX_STATE_MACHINES_FROM_TEMPLATE
+                else "deploy the spec again (manage.py process_deploy)"
+            )
             raise ExternalServiceError(
                 f"The state machine of {version} is missing in Step Functions (did the "
-                "emulator restart?): deploy the spec again (manage.py process_deploy).",
+                f"emulator restart, or is the stack behind?): {how}.",
                 retryable=False,
                 error_code=exc.error_code,
             ) from exc

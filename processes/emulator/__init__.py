@@ -13,6 +13,9 @@ when it runs (tests/config/test_production_imports.py checks both).
 - ``status``: patches that make moto 5.2.5 report execution status as AWS does, applied by
   ``serve``: StopExecution aborts a waiting execution at once, and every status change
   puts AWS's "Step Functions Execution Status Change" event on the default EventBridge bus.
+- ``cloudformation``: a patch that makes moto 5.2.5's CloudFormation create state machines
+  where the API and its ASL interpreter find them, with their logging configuration,
+  applied by ``serve``.
 """
 
 from config.errors import InboxError

@@ -4,8 +4,8 @@ moto's own launchers fall short here: ``moto_server`` cannot tell its caller whe
 ready, and ``ThreadedMotoServer`` neither sets ``MOTO_PORT`` (which moto's ASL
 interpreter uses to reach SQS at ``http://localhost:$MOTO_PORT``) nor turns ASL
 execution on. ``serve`` does all three, on loopback only: the emulator has no
-authentication. Before binding, it applies the shims of processes/emulator/shims.py and
-processes/emulator/status.py.
+authentication. Before binding, it applies the shims of processes/emulator/shims.py,
+processes/emulator/status.py and processes/emulator/cloudformation.py.
 """
 
 import errno
@@ -29,6 +29,7 @@ from moto.moto_server.werkzeug_app import (
 from werkzeug.serving import make_server
 
 from processes.emulator import EmulatorError
+from processes.emulator.cloudformation import cloudformation_state_machine_shim
 from processes.emulator.shims import config_report_shim, nested_execution_shim
 from processes.emulator.status import event_envelope_shim, execution_status_shim
 
@@ -64,6 +65,7 @@ def serve(*, host: str, port: int, on_ready: Callable[[], None]) -> None:
     nested_execution_shim()
     execution_status_shim()
     event_envelope_shim()
+    cloudformation_state_machine_shim()
     listener = _listen(host=host, port=port)
     # Set before any request: moto's ASL interpreter reads it on each SQS call it makes.
     os.environ["MOTO_PORT"] = str(port)
