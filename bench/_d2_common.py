@@ -43,6 +43,7 @@ stages:
     on_timeout: abort
     if_rejected: rejected
     if_timed_out: timed-out
+    show: [ref]
   - id: approved
     kind: succeed
   - id: rejected

@@ -24,6 +24,7 @@ from inbox.models import ExecutionTimeline
 from inbox.redaction import redact
 from inbox.templatetags.inbox_pages import span_text
 from processes import aws
+from processes.shown import is_show_state
 
 logger = logging.getLogger(__name__)
 
@@ -58,10 +59,11 @@ def timeline_reduce(*, events: list[dict], status: str,
     """Return the states entered, oldest first: name, type, entered/exited times, outcome.
 
     events are GetExecutionHistory events in any order; only their type, timestamp and
-    the state's name are read. A state still open when the execution ended (status not
-    RUNNING) takes the execution's outcome. Failure events apply to the state entered
-    last and still open, which is exact for a sequence of states and an approximation
-    inside Parallel branches.
+    the state's name are read. The states a compiled human stage copies its shown fields
+    with (processes.shown) are left out: the stage itself follows them. A state still
+    open when the execution ended (status not RUNNING) takes the execution's outcome.
+    Failure events apply to the state entered last and still open, which is exact for a
+    sequence of states and an approximation inside Parallel branches.
     """
     stages: list[dict[str, Any]] = []
 
@@ -74,6 +76,9 @@ def timeline_reduce(*, events: list[dict], status: str,
     for event in sorted(events, key=lambda e: e["id"]):
         kind, at = event["type"], _iso(event["timestamp"])
         if kind.endswith(_ENTERED):
+            if is_show_state(str(event["stateEnteredEventDetails"]["name"])):
+                # The compiler's copies of a human stage's shown fields: not a stage.
+                continue
             stages.append({"name": str(event["stateEnteredEventDetails"]["name"]),
                            "type": kind.removesuffix(_ENTERED), "entered_at": at,
                            "exited_at": None, "outcome": RUNNING})

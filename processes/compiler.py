@@ -3,15 +3,27 @@
 Every Task state gets a Retry (backoff, full jitter, bounded attempts) for transient
 errors only, and a Catch to a failure branch that records the failure on the intake
 queue (so the inbox notifies admins) and ends the execution. A human stage becomes
-``sqs:sendMessage.waitForTaskToken`` carrying the task envelope (docs/ENVELOPE.md).
-``asl_check`` verifies the same rules on any ASL, compiled or not.
+``sqs:sendMessage.waitForTaskToken`` carrying the task envelope (docs/ENVELOPE.md),
+whose input holds only the fields the stage shows: a chain of states before it copies
+each one that is present (processes/shown.py). An automation stage's Payload carries an
+idempotency key. The state machine's TimeoutSeconds is its ceiling
+(processes/ceiling.py). ``asl_check`` verifies the same rules on any ASL, compiled or not.
 """
 
 import copy
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from processes.ceiling import (
+    BACKSTOP_MARGIN_SECONDS,
+    MAX_DELAY_SECONDS,
+    SEND_RETRY,
+    execution_timeout,
+    human_timeout_seconds,
+    stages_on_loops,
+)
 from processes.contract import (
     HUMAN_TASK,
     PLACEHOLDER,
@@ -21,22 +33,24 @@ from processes.contract import (
     TIMED_OUT_ERROR,
     is_data_reference,
 )
+from processes.shown import result_path, show_state_names, show_states, shown_input_path
 from processes.spec import (
+    IDEMPOTENCY_KEY,
     AutomationStage,
     ChoiceStage,
     FailStage,
     HumanStage,
     ProcessSpec,
     ProcessStage,
+    Retry,
     SpecError,
     Stage,
     SucceedStage,
     WaitStage,
 )
 
-# Step Functions' own clock fires this long after the inbox's overall (and escalation)
-# clock, so the inbox always decides first and Step Functions is only the backstop.
-BACKSTOP_MARGIN_SECONDS = 60
+__all__ = ["BACKSTOP_MARGIN_SECONDS", "Target", "asl_check", "compile_spec",
+           "show_state_names", "state_machine_name"]
 
 TIMEOUT_ERRORS = [TIMED_OUT_ERROR, "States.Timeout", "States.HeartbeatTimeout"]
 
@@ -78,19 +92,30 @@ def state_machine_name(name: str, version: int) -> str:
     return f"{name}-v{version}"
 
 
-def compile_spec(spec: ProcessSpec, *, target: Target) -> dict[str, Any]:
-    """Return the ASL definition of spec for target; raise SpecError if it breaks a rule."""
+def compile_spec(spec: ProcessSpec, *, target: Target,
+                 children: Mapping[tuple[str, int], int] | None = None) -> dict[str, Any]:
+    """Return the ASL definition of spec for target; raise SpecError if it breaks a rule.
+
+    children: the execution ceilings (TimeoutSeconds) of the child process versions spec
+    starts, by (name, version); needed only by a spec with process stages
+    (processes.services.child_ceilings reads them from the deployed versions).
+    """
+    timeout = execution_timeout(spec, children=children or {})
     compiler = _Compiler(spec, target)
     states: dict[str, Any] = {}
     for index, stage in enumerate(spec.stages):
         following = spec.stages[index + 1].id if index + 1 < len(spec.stages) else None
+        if isinstance(stage, HumanStage) and stage.show is not None:
+            states.update(show_states(stage))
         states[stage.id] = compiler.state(stage, following)
     states.update(compiler.generated_states())
     asl = {
         # Nothing of where the spec was read from: the same spec compiles the same anywhere.
         "Comment": f"{spec.name} v{spec.version}, compiled by the inbox from its spec; "
         "edit the spec, not this.",
-        "StartAt": spec.stages[0].id,
+        "StartAt": compiler.entry(spec.stages[0].id),
+        # The ceiling on a whole execution (processes/ceiling.py).
+        "TimeoutSeconds": timeout,
         "States": states,
     }
     problems = asl_check(asl)
@@ -104,6 +129,14 @@ class _Compiler:
         self.spec = spec
         self.target = target
         self.needs: set[str] = set()
+        self.looping = stages_on_loops(spec)
+
+    def entry(self, target: str) -> str:
+        """Return the state an edge to stage target leads to: its first show state, if any."""
+        stage = self.spec.stage(target)
+        if isinstance(stage, HumanStage) and stage.show is not None:
+            return show_state_names(stage.id, len(stage.show))[0]
+        return target
 
     def state(self, stage: Stage, following: str | None) -> dict[str, Any]:
         if isinstance(stage, HumanStage):
@@ -129,17 +162,16 @@ class _Compiler:
             return state
         else:  # pragma: no cover - the parser knows no other kinds
             raise SpecError([f"{self.spec.source}: {stage.id}: cannot compile {stage.kind}"])
-        state["Next"] = stage.next or following
+        state["Next"] = self.entry(stage.next or following)
         return state
 
-    def retry(self, integration: str, attempts: int = 3, interval: int = 2,
-              backoff: float = 2.0) -> list[dict[str, Any]]:
+    def retry(self, integration: str, retry: Retry = SEND_RETRY) -> list[dict[str, Any]]:
         return [{
             "ErrorEquals": list(TRANSIENT_ERRORS[integration]),
-            "IntervalSeconds": interval,
-            "BackoffRate": backoff,
-            "MaxAttempts": attempts,
-            "MaxDelaySeconds": 60,
+            "IntervalSeconds": retry.interval,
+            "BackoffRate": retry.backoff,
+            "MaxAttempts": retry.attempts,
+            "MaxDelaySeconds": MAX_DELAY_SECONDS,
             "JitterStrategy": "FULL",
         }]
 
@@ -147,7 +179,7 @@ class _Compiler:
         if target is None:
             self.needs.add(NOTIFY_STATE)
         return {"ErrorEquals": ["States.ALL"], "ResultPath": "$.error",
-                "Next": target or NOTIFY_STATE}
+                "Next": self.entry(target) if target else NOTIFY_STATE}
 
     def human(self, stage: HumanStage) -> dict[str, Any]:
         timeouts = {"offer": stage.timeouts.offer, "work": stage.timeouts.work,
@@ -165,7 +197,8 @@ class _Compiler:
             "minProficiency": stage.min_proficiency,
             **_template("title", stage.title),
             "form": stage.form,
-            "input.$": "$",
+            # A version deployed before show existed sends the whole state, as it did.
+            "input.$": "$" if stage.show is None else shown_input_path(stage.id),
             "priority": stage.priority,
             "timeouts": timeouts,
             "onTimeout": stage.on_timeout,
@@ -182,15 +215,18 @@ class _Compiler:
             "Comment": f"Human stage: {stage.skill}",
             "Resource": WAIT_FOR_TOKEN,
             "Parameters": {"QueueUrl": self.target.intake_queue_url, "MessageBody": envelope},
-            "TimeoutSeconds": stage.timeouts.overall + (stage.timeouts.escalation or 0)
-            + BACKSTOP_MARGIN_SECONDS,
-            "ResultPath": f"$.stages.{_key(stage.id)}",
+            "TimeoutSeconds": human_timeout_seconds(stage),
+            # Replaces the stage's result (and the shown fields collected there) with the
+            # answer; the rest of the state passes through untouched.
+            "ResultPath": result_path(stage.id),
             "Retry": self.retry("sqs"),
             "Catch": [
                 {"ErrorEquals": [REJECTED_ERROR], "ResultPath": "$.error",
-                 "Next": stage.if_rejected or REJECTED_STATE},
+                 "Next": self.entry(stage.if_rejected) if stage.if_rejected
+                 else REJECTED_STATE},
                 {"ErrorEquals": list(TIMEOUT_ERRORS), "ResultPath": "$.error",
-                 "Next": stage.if_timed_out or TIMED_OUT_STATE},
+                 "Next": self.entry(stage.if_timed_out) if stage.if_timed_out
+                 else TIMED_OUT_STATE},
                 self.failure_catch(),
             ],
         }
@@ -201,21 +237,36 @@ class _Compiler:
     def choice(self, stage: ChoiceStage) -> dict[str, Any]:
         state: dict[str, Any] = {
             "Type": "Choice",
-            "Choices": [{**_condition(rule.condition), "Next": rule.next} for rule in stage.rules],
+            "Choices": [{**_condition(rule.condition), "Next": self.entry(rule.next)}
+                        for rule in stage.rules],
         }
         if stage.default:
-            state["Default"] = stage.default
+            state["Default"] = self.entry(stage.default)
         return state
 
+    def idempotency_key(self, stage: AutomationStage) -> str:
+        """Return the intrinsic that makes an automation stage's idempotency key.
+
+        The execution's ARN (its name alone repeats across state machines: names come
+        from business keys) and the stage's id; the same in every retried attempt. On a
+        stage an execution may enter again (a loop) also the time the state was entered,
+        so each visit has its own key and its retries share it.
+        """
+        if stage.id in self.looping:
+            return (f"States.Format('{{}}:{{}}:{{}}', $$.Execution.Id, '{stage.id}', "
+                    "$$.State.EnteredTime)")
+        return f"States.Format('{{}}:{{}}', $$.Execution.Id, '{stage.id}')"
+
     def automation(self, stage: AutomationStage) -> dict[str, Any]:
+        payload = {**_parameters(stage.payload),
+                   f"{IDEMPOTENCY_KEY}.$": self.idempotency_key(stage)}
         state: dict[str, Any] = {
             "Type": "Task",
             "Resource": LAMBDA_INVOKE,
-            "Parameters": {"FunctionName": stage.function, "Payload": _parameters(stage.payload)},
+            "Parameters": {"FunctionName": stage.function, "Payload": payload},
             "TimeoutSeconds": stage.timeout,
-            "ResultPath": f"$.stages.{_key(stage.id)}",
-            "Retry": self.retry("lambda", stage.retry.attempts, stage.retry.interval,
-                                stage.retry.backoff),
+            "ResultPath": result_path(stage.id),
+            "Retry": self.retry("lambda", stage.retry),
             "Catch": [self.failure_catch(stage.catch)],
         }
         if stage.output:
@@ -240,9 +291,8 @@ class _Compiler:
             "Resource": START_CHILD,
             "Parameters": parameters,
             "ResultSelector": {"output.$": "$.Output", "execution.$": "$.ExecutionArn"},
-            "ResultPath": f"$.stages.{_key(stage.id)}",
-            "Retry": self.retry("states", stage.retry.attempts, stage.retry.interval,
-                                stage.retry.backoff),
+            "ResultPath": result_path(stage.id),
+            "Retry": self.retry("states", stage.retry),
             "Catch": [self.failure_catch(stage.catch)],
         }
 
@@ -278,11 +328,6 @@ class _Compiler:
             states[FAILED_STATE] = {"Type": "Fail", "Error": PROCESS_FAILED_ERROR,
                                     "Cause": "A stage failed; see the execution history."}
         return states
-
-
-def _key(stage_id: str) -> str:
-    """Return the data key of a stage's result: stage ids may hold dashes, paths may not."""
-    return stage_id.replace("-", "_")
 
 
 def _template(key: str, template: str) -> dict[str, str]:

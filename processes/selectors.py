@@ -166,5 +166,9 @@ def deployed_spec(*, process_name: str, process_version: int) -> ProcessSpec | N
 
 @functools.lru_cache(maxsize=256)
 def _deployed_spec(sha256: str, text: str) -> ProcessSpec:
-    """Return a deployed spec, parsed; deployed versions never change, so sha256 keys it."""
-    return spec_parse(text, source=f"deployed spec {sha256[:12]}")
+    """Return a deployed spec, parsed; deployed versions never change, so sha256 keys it.
+
+    Read as deployed: a version from before a rule for new versions keeps its forms and
+    displays (processes.spec.spec_parse).
+    """
+    return spec_parse(text, source=f"deployed spec {sha256[:12]}", deployed=True)

@@ -8,6 +8,7 @@ import hashlib
 import json
 import logging
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from django.conf import settings
@@ -27,7 +28,7 @@ from processes.selectors import (
     process_version_get,
     process_version_latest,
 )
-from processes.spec import ProcessSpec, heartbeat_budget_warnings, spec_parse
+from processes.spec import ProcessSpec, SpecError, heartbeat_budget_warnings, spec_parse
 from processes.states_logging import log_group_name, states_logging
 
 logger = logging.getLogger(__name__)
@@ -86,19 +87,26 @@ def process_deploy(
     for an invalid spec, Conflict for a changed spec under a deployed version, a version
     below the latest, or a child process that is not deployed yet.
     """
+    sha256 = hashlib.sha256(text.encode("utf-8")).hexdigest()
+    # A version deployed before a rule for new versions (a human stage's show) may be
+    # redeployed as it is: read as deployed, its text is found unchanged and only its
+    # state machine is ensured. Anything else is read with every rule.
+    same = deployed_unchanged(text=text, source=source)
+    if same is not None:
+        _state_machine_ensure(version=same)
+        return same, False
     spec = spec_parse(text, source=source)
     for warning in heartbeat_budget_warnings(
             spec, source=source, rate=settings.INBOX_SENDTASK_RATE,
             share_percent=settings.INBOX_HEARTBEAT_SHARE_PERCENT):
         logger.warning("Deploying %s v%s: %s", spec.name, spec.version, warning)
-    sha256 = hashlib.sha256(text.encode("utf-8")).hexdigest()
     deployed = _deploy_check(spec=spec, sha256=sha256)
     if deployed is not None:
         _state_machine_ensure(version=deployed)
         return deployed, False
 
     target = target_current()
-    asl = compile_spec(spec, target=target)
+    asl = compile_spec(spec, target=target, children=child_ceilings(spec=spec))
     machine_name = state_machine_name(spec.name, spec.version)
     if settings.INBOX_STATE_MACHINES_FROM_TEMPLATE:
         # The CloudFormation stack creates it (manage.py infra_template) under this ARN.
@@ -138,6 +146,21 @@ def process_deploy(
     return winner, False
 
 
+def deployed_unchanged(*, text: str, source: str) -> ProcessVersion | None:
+    """Return the deployed version whose spec is exactly text, or None.
+
+    text is read as deployed (processes.spec.spec_parse), so a version deployed before a
+    rule for new versions is found too.
+    """
+    try:
+        as_deployed = spec_parse(text, source=source, deployed=True)
+    except SpecError:
+        return None  # Not a deployed text: the full parse names every problem.
+    same = process_version_find(name=as_deployed.name, version=as_deployed.version)
+    sha256 = hashlib.sha256(text.encode("utf-8")).hexdigest()
+    return same if same is not None and same.spec_sha256 == sha256 else None
+
+
 def _deploy_check(*, spec: ProcessSpec, sha256: str) -> ProcessVersion | None:
     """Return the deployed version spec names if it has the same text, or None if it is new.
 
@@ -168,6 +191,37 @@ def _deploy_check(*, spec: ProcessSpec, sha256: str) -> ProcessVersion | None:
             "deployed yet: deploy the child first."
         )
     return None
+
+
+def child_ceilings(
+    *, spec: ProcessSpec, compiled: Mapping[tuple[str, int], int] | None = None
+) -> dict[tuple[str, int], int]:
+    """Return the execution ceilings of the child versions spec starts, by (name, version).
+
+    A child's ceiling is its state machine's TimeoutSeconds: from compiled (children
+    compiled in the same batch, not deployed yet), else from its deployed version. A
+    child found in neither is left out: compile_spec then names it. Raise Conflict for a
+    child deployed before state machines had a ceiling: its executions may run for the
+    year Step Functions allows, so nothing bounds the stage that starts it.
+    """
+    known = dict(compiled or {})
+    ceilings: dict[tuple[str, int], int] = {}
+    for name, version in spec.children:
+        if (name, version) in known:
+            ceilings[(name, version)] = known[(name, version)]
+            continue
+        deployed = process_version_find(name=name, version=version)
+        if deployed is None:
+            continue
+        ceiling = deployed.asl.get("TimeoutSeconds")
+        if not isinstance(ceiling, int):
+            raise Conflict(
+                f"{spec.name} v{spec.version} starts {name} v{version}, which was deployed "
+                "without an execution ceiling (TimeoutSeconds): deploy a new version of "
+                f"{name} and start that one."
+            )
+        ceilings[(name, version)] = ceiling
+    return ceilings
 
 
 def _changed_version_conflict(*, spec: ProcessSpec, process: Process) -> Conflict:

@@ -2,7 +2,8 @@
 
 A spec is one YAML file per process version; docs/PROCESSES.md describes the format.
 Every problem is reported as "source: path: message", all of them at once, so an
-author fixes a file in one pass.
+author fixes a file in one pass. A version deployed before a rule existed is read with
+``spec_parse(..., deployed=True)``, which leaves out the rules its text predates.
 """
 
 import math
@@ -30,7 +31,12 @@ TIMEOUT_POLICIES = ("abort", "escalate")
 # Stages that end the state machine; they do not count against MAX_STAGES.
 TERMINAL_KINDS = ("succeed", "fail")
 ERROR_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9]*(\.[A-Za-z][A-Za-z0-9]*)*$")
+# Step Functions runs a Standard execution for at most a year (31,536,000 s).
 MAX_SECONDS = 365 * 24 * 3600
+# The fields a human stage shows: each one a Choice and a Pass in the compiled ASL.
+MAX_SHOWN = 50
+# Set by the compiler in every automation stage's Payload (docs/PROCESSES.md).
+IDEMPOTENCY_KEY = "idempotencyKey"
 
 
 class SpecError(InboxError):
@@ -82,6 +88,9 @@ class HumanStage(Stage):
     if_timed_out: str | None = None
     # How the task page shows the input (processes.display); None: the default layout.
     display: Display | None = None
+    # The data paths the envelope carries as the task's input; None only in a version
+    # deployed before show existed, whose envelope carries the whole state.
+    show: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -141,6 +150,9 @@ class ProcessSpec:
     forms: dict[str, Form]
     text: str
     source: str
+    # The spec's own ceiling on a whole execution, in seconds; None: the compiler sums the
+    # stages' ceilings (processes.ceiling).
+    timeout: int | None = None
 
     @property
     def children(self) -> tuple[tuple[str, int], ...]:
@@ -168,8 +180,13 @@ def spec_load(path: Path) -> ProcessSpec:
     return spec_parse(text, source=str(path))
 
 
-def spec_parse(text: str, *, source: str) -> ProcessSpec:
-    """Return the ProcessSpec in text, or raise SpecError listing every problem."""
+def spec_parse(text: str, *, source: str, deployed: bool = False) -> ProcessSpec:
+    """Return the ProcessSpec in text, or raise SpecError listing every problem.
+
+    deployed: text is a version already deployed, which may predate a rule for new
+    versions (a human stage's show): read it as it was accepted, so its tasks keep their
+    form and display.
+    """
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
@@ -177,15 +194,16 @@ def spec_parse(text: str, *, source: str) -> ProcessSpec:
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "?"
         problem = getattr(exc, "problem", None) or str(exc)
         raise SpecError([f"{source}: {where}: not valid YAML: {problem}"]) from None
-    return _Parser(source).parse(data, text)
+    return _Parser(source, deployed=deployed).parse(data, text)
 
 
-_TOP_KEYS = {"process", "version", "description", "stages", "forms"}
+_TOP_KEYS = {"process", "version", "description", "stages", "forms", "timeout"}
 _COMMON_KEYS = {"id", "kind", "next", "comment"}
 _KIND_KEYS = {
     "human": {
         "skill", "min_proficiency", "title", "form", "priority", "timeouts", "on_timeout",
         "heartbeat", "expected_open", "not_by", "if_rejected", "if_timed_out", "display",
+        "show",
     },
     "choice": {"rules", "default"},
     "automation": {"function", "payload", "output", "timeout", "retry", "catch"},
@@ -231,8 +249,9 @@ def heartbeat_budget_warnings(spec: ProcessSpec, *, source: str, rate: int,
 
 
 class _Parser:
-    def __init__(self, source: str) -> None:
+    def __init__(self, source: str, *, deployed: bool = False) -> None:
         self.source = source
+        self.deployed = deployed
         self.problems: list[str] = []
 
     def problem(self, path: str, message: str) -> None:
@@ -252,6 +271,7 @@ class _Parser:
         if isinstance(version, bool) or not isinstance(version, int) or version < 1:
             self.problem("version", "required; a whole number from 1 up")
             version = 0
+        timeout = self.execution_timeout(data)
         forms = self.forms(data.get("forms", {}))
         stages = self.stages(data.get("stages"))
         if stages:
@@ -266,7 +286,18 @@ class _Parser:
             forms=forms,
             text=text,
             source=self.source,
+            timeout=timeout,
         )
+
+    def execution_timeout(self, data: dict) -> int | None:
+        if "timeout" not in data:
+            return None
+        value = data["timeout"]
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_SECONDS:
+            self.problem("timeout", "the seconds a whole execution may run: a whole number "
+                         f"from 1 to {MAX_SECONDS:,} (the year Step Functions allows)")
+            return None
+        return value
 
     def forms(self, raw: Any) -> dict[str, Form]:
         if not isinstance(raw, dict):
@@ -360,6 +391,9 @@ class _Parser:
         problems: list[str] = []
         display = display_parse(raw.get("display"), path=f"{path}.display", problems=problems)
         self.problems.extend(f"{self.source}: {p}" for p in problems)
+        show = self.show(raw, path)
+        if show is not None and display is not None:
+            self.display_shown(display, show, f"{path}.display")
         return HumanStage(
             **common,
             skill=skill if isinstance(skill, str) else "",
@@ -375,7 +409,54 @@ class _Parser:
             if_rejected=self.ref(raw, "if_rejected", path),
             if_timed_out=self.ref(raw, "if_timed_out", path),
             display=display,
+            show=show,
         )
+
+    def show(self, raw: dict, path: str) -> tuple[str, ...] | None:
+        """Return the data paths a human stage's envelope carries, in their order."""
+        if "show" not in raw:
+            if not self.deployed:
+                self.problem(f"{path}.show", "required; the data paths the task shows, such "
+                             "as [invoice_id, supplier.name]: only they leave the execution")
+            return None
+        value = raw["show"]
+        if not isinstance(value, list) or not value:
+            self.problem(f"{path}.show", "must be a non-empty list of data paths, such as "
+                         "[invoice_id, supplier.name]")
+            return None
+        if len(value) > MAX_SHOWN:
+            self.problem(f"{path}.show", f"{len(value)} fields; at most {MAX_SHOWN}")
+        paths: list[str] = []
+        for index, item in enumerate(value):
+            if not isinstance(item, str) or not DATA_PATH.match(item):
+                self.problem(f"{path}.show[{index}]", "must be a data path such as invoice_id "
+                             "or supplier.name")
+            elif item in paths:
+                self.problem(f"{path}.show[{index}]", f"{item!r} is shown more than once")
+            else:
+                paths.append(item)
+        for inner in paths:
+            outer = next((p for p in paths if p != inner and _within(inner, p)), None)
+            if outer:
+                self.problem(f"{path}.show", f"{inner!r} is inside {outer!r}, which is shown "
+                             f"whole: name one of them")
+        return tuple(paths)
+
+    def display_shown(self, display: Display, show: tuple[str, ...], path: str) -> None:
+        """Name each data path the display reads that show does not carry."""
+        def check(where: str, key: str, what: str) -> None:
+            if not any(_within(key, shown) for shown in show):
+                self.problem(where, f"{what} {key!r} is not in show, so the task does not "
+                             "receive it: add it (or the object holding it) to show")
+
+        for index, item in enumerate(display.fields):
+            where = f"{path}.fields[{index}] ({item.key})"
+            check(f"{where}.key", item.key, "key")
+            if item.currency_key:
+                check(f"{where}.currency_key", item.currency_key, "currency_key")
+            for placeholder in PLACEHOLDER.findall(item.url):
+                if DATA_PATH.match(placeholder):
+                    check(f"{where}.url", placeholder, "placeholder")
 
     def stage_choice(self, raw: dict, path: str, common: dict) -> ChoiceStage:
         if common["next"]:
@@ -407,6 +488,9 @@ class _Parser:
         if not isinstance(payload, dict):
             self.problem(f"{path}.payload", "must map names to values or $.paths")
             payload = {}
+        if IDEMPOTENCY_KEY in payload:
+            self.problem(f"{path}.payload.{IDEMPOTENCY_KEY}", "reserved: the compiled state "
+                         "sets it to the stage's idempotency key (docs/PROCESSES.md)")
         output = raw.get("output", {})
         if not isinstance(output, dict):
             self.problem(f"{path}.output", f"must map result fields to a type "
@@ -628,12 +712,36 @@ class _Parser:
 
     @staticmethod
     def targets(stage: Stage) -> list[tuple[str, str]]:
-        found = [("next", stage.next)]
-        if isinstance(stage, HumanStage):
-            found += [("if_rejected", stage.if_rejected), ("if_timed_out", stage.if_timed_out)]
-        if isinstance(stage, ChoiceStage):
-            found += [(f"rules[{i}].next", r.next) for i, r in enumerate(stage.rules)]
-            found += [("default", stage.default)]
-        if isinstance(stage, AutomationStage | ProcessStage):
-            found += [("catch", stage.catch)]
-        return [(key, target) for key, target in found if target]
+        return stage_targets(stage)
+
+
+def stage_targets(stage: Stage) -> list[tuple[str, str]]:
+    """Return the (field, stage id) pairs a stage names as where to go next."""
+    found = [("next", stage.next)]
+    if isinstance(stage, HumanStage):
+        found += [("if_rejected", stage.if_rejected), ("if_timed_out", stage.if_timed_out)]
+    if isinstance(stage, ChoiceStage):
+        found += [(f"rules[{i}].next", r.next) for i, r in enumerate(stage.rules)]
+        found += [("default", stage.default)]
+    if isinstance(stage, AutomationStage | ProcessStage):
+        found += [("catch", stage.catch)]
+    return [(key, target) for key, target in found if target]
+
+
+def stage_successors(spec: ProcessSpec) -> dict[str, tuple[str, ...]]:
+    """Return, per stage id, the stages it may go to next, as the parser's graph has them:
+    its named targets, and the following stage when it names no next (not after a choice,
+    a succeed or a fail). The failure branch the compiler adds is not a stage."""
+    successors: dict[str, tuple[str, ...]] = {}
+    for index, stage in enumerate(spec.stages):
+        targets = [target for _key, target in stage_targets(stage)]
+        if (stage.kind not in TERMINAL_KINDS and not isinstance(stage, ChoiceStage)
+                and stage.next is None and index + 1 < len(spec.stages)):
+            targets.append(spec.stages[index + 1].id)
+        successors[stage.id] = tuple(dict.fromkeys(targets))
+    return successors
+
+
+def _within(path: str, outer: str) -> bool:
+    """Return whether data path path is outer or lies inside it ("a.b" is within "a")."""
+    return path == outer or path.startswith(outer + ".")

@@ -2,9 +2,11 @@
 
 moto's own launchers fall short here: ``moto_server`` cannot tell its caller when it is
 ready, and ``ThreadedMotoServer`` neither sets ``MOTO_PORT`` (which moto's ASL
-interpreter uses to reach SQS at ``http://localhost:$MOTO_PORT``) nor turns ASL
-execution on. ``serve`` does all three, on loopback only: the emulator has no
-authentication. Before binding, it applies the shims of processes/emulator/shims.py,
+interpreter uses to reach SQS and Lambda at ``http://localhost:$MOTO_PORT``) nor turns
+ASL execution on. ``serve`` does all three, on loopback only: the emulator has no
+authentication. It also runs Lambda without Docker: moto then answers every invoke with
+the payload it was sent (or a result queued through moto's API), so automation stages run
+without a container. Before binding, it applies the shims of processes/emulator/shims.py,
 processes/emulator/status.py and processes/emulator/cloudformation.py.
 """
 
@@ -72,6 +74,9 @@ def serve(*, host: str, port: int, on_ready: Callable[[], None]) -> None:
     # Set before any state machine exists: machines created while it is off live in
     # another backend and vanish when it flips.
     default_user_config["stepfunctions"] = {"execute_state_machine": True}
+    # Lambda without Docker (set before any function exists, for the same reason): an
+    # invoke answers with its own payload, so an automation stage runs end to end.
+    default_user_config["lambda"] = {"use_docker": False}
     server = make_server(
         host,
         port,

@@ -104,6 +104,7 @@ stages:
     form: approve-reject
     timeouts: {{offer: 30, work: 60, overall: 120}}
     heartbeat: {heartbeat}
+    show: [ref]
   - id: done
     kind: succeed
 """

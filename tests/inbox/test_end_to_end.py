@@ -102,7 +102,10 @@ def test_invoice_goes_through_review_and_approval_and_no_token_leaks(
     cleo_api = recorder.api(cleo)
     claimed = cleo_api.post(f"/api/inbox/tasks/{approval.pk}/claim/", {}, format="json")
     assert claimed.status_code == 200
-    assert claimed.json()["input"]["stages"]["review"]["answer"]["decision"] == "approve"
+    # The approval shows the review's comment and when it was done, not its decision.
+    shown = claimed.json()["input"]
+    assert shown["stages"]["review"]["answer"] == {"comment": "ok"}
+    assert set(shown["stages"]["review"]) == {"answer", "completedAt"}
     recorder.page(cleo, "/")
     cleo_api.post(f"/api/inbox/tasks/{approval.pk}/complete/",
                   {"answer": {"decision": "approve"}}, format="json")

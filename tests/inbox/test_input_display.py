@@ -26,6 +26,7 @@ stages:
     title: "Review invoice {{invoice_id}}"
     form: approve-reject
     timeouts: {{offer: 300, work: 1800, overall: 86400}}
+    show: [invoice_id, amount, currency, due_date, supplier, notes, po_number, internal_ref]
     display:
       fields:
         - {{key: invoice_id, label: Invoice, format: link,

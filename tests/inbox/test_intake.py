@@ -853,6 +853,7 @@ stages:
     title: Check
     form: check-notes
     timeouts: {{offer: 60, work: 60, overall: 600}}
+    show: [ref]
   - id: done
     kind: succeed
 """)

@@ -102,6 +102,7 @@ stages:
     title: {json.dumps(title)}
     form: approve-reject
     timeouts: {{offer: 1, work: 2, overall: 3}}
+    show: [a]
   - id: done
     kind: succeed
 """

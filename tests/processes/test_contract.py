@@ -29,6 +29,7 @@ stages:
     title: "Review {invoice_id}"
     form: approve-reject
     timeouts: {offer: 1, work: 2, overall: 3}
+    show: [invoice_id]
   - id: a
     kind: automation
     function: f
@@ -81,7 +82,8 @@ def test_placeholders_and_data_references_follow_the_contracts_syntax():
     assert contract.PLACEHOLDER.findall("Review {invoice_id}") == ["invoice_id"]
     assert body["title.$"] == "States.Format('Review {}', $.invoice_id)"
     payload = asl["States"]["a"]["Parameters"]["Payload"]
-    assert payload == {"whole.$": "$", "amount.$": "$.amount", "fixed": "$ 5"}
+    assert payload == {"whole.$": "$", "amount.$": "$.amount", "fixed": "$ 5",
+                       "idempotencyKey.$": "States.Format('{}:{}', $$.Execution.Id, 'a')"}
     assert [contract.is_data_reference(v) for v in ("$", "$.a.b", "$ 5", "a", 5)] == [
         True, True, False, False, False,
     ]

@@ -10,11 +10,14 @@ from processes.spec import SpecError, spec_load, spec_parse
 from tests.processes.test_spec_rules import SOURCE, human, spec
 
 SPECS = Path(__file__).resolve().parents[2] / "processes" / "specs"
+# What the displays below read: each must be shown (test_a_display_reads_only_shown_fields).
+SHOWN = "[invoice_id, amount, currency, due, supplier, total, money, a, b, c]"
 
 
 def with_display(display: str) -> str:
     """Return a one-stage spec whose human stage declares display (YAML, indented)."""
-    stage = human("review") + "  display:\n" + textwrap.indent(textwrap.dedent(display), "    ")
+    stage = human("review", show=SHOWN) + "  display:\n" + textwrap.indent(
+        textwrap.dedent(display), "    ")
     return spec(stage + "- {id: done, kind: succeed}\n")
 
 

@@ -54,6 +54,12 @@ def test_emulator_reports_asl_execution_on(emulator):
 
 
 @pytest.mark.emulator
+def test_emulator_runs_lambda_without_docker(emulator):
+    """An invoke answers with its payload (test_idempotency_key runs automation stages)."""
+    assert _emulator_config()["lambda"] == {"use_docker": False}
+
+
+@pytest.mark.emulator
 def test_intake_queue_redrives_to_its_dlq_after_five_receives(emulator):
     """The emulator command created the intake queue with a redrive policy to the DLQ."""
     intake = aws.queue_attributes(url=aws.queue_url(name=settings.INBOX_INTAKE_QUEUE))

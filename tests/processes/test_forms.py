@@ -57,6 +57,7 @@ stages:
     title: T
     form: custom
     timeouts: {{offer: 1, work: 1, overall: 1}}
+    show: [x]
   - id: done
     kind: succeed
 """

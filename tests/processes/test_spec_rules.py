@@ -19,6 +19,7 @@ HUMAN = """
     title: Review {{invoice_id}}
     form: approve-reject
     timeouts: {{offer: 60, work: 600, overall: 3600}}
+    show: [invoice_id]
 """
 
 
@@ -209,6 +210,7 @@ stages:
     form: approve-reject
     timeouts: {{offer: 300, work: 3600, overall: 86400}}
     heartbeat: {heartbeat}{extra}
+    show: [ref]
     next: done
   - id: done
     kind: succeed
