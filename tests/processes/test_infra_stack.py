@@ -54,6 +54,7 @@ stages:
     kind: human
     skill: invoice-review
     title: "Pay ${{amount}} to {{supplier}}"
+    show: [amount, supplier]
     form: approve-reject
     timeouts: {{offer: 300, work: 600, overall: 3600}}
   - id: done

@@ -43,6 +43,7 @@ stages:
     kind: human
     skill: invoice-review
     title: "Pay ${amount} to {supplier}"
+    show: [amount, supplier]
     form: approve-reject
     timeouts: {offer: 60, work: 120, overall: 600}
   - id: score
@@ -56,12 +57,19 @@ stages:
 WILDCARD_ACTIONS = {"states:ListStateMachines", *LOGS_DELIVERY}
 
 
+# The ceiling (TimeoutSeconds) of each child compiled so far, by (name, version): a parent
+# is compiled with its children's, as process_deploy compiles it with the deployed ones'.
+CHILD_CEILINGS: dict[tuple[str, int], int] = {
+    ("child", 1): compile_spec(spec_parse(succeed_spec(name="child"), source="test"),
+                               target=TARGET)["TimeoutSeconds"]}
+
+
 def _machine(text: str) -> Machine:
     spec = spec_parse(text, source="test")
     name = state_machine_name(spec.name, spec.version)
     return Machine(process=spec.name, version=spec.version, name=name,
                    arn=TARGET.state_machine_arn_prefix + name,
-                   asl=compile_spec(spec, target=TARGET))
+                   asl=compile_spec(spec, target=TARGET, children=CHILD_CEILINGS))
 
 
 def _machines() -> list[Machine]:
