@@ -223,6 +223,7 @@ stages:
     kind: human
     skill: bench-000
     title: "Review"
+    show: [ref]
     form: approve-reject
     timeouts: {offer: 300, work: 1800, overall: 86400}
     on_timeout: abort
