@@ -10,6 +10,7 @@ import logging
 from pathlib import Path
 
 import pytest
+from django.conf import settings
 from django.core.cache import cache
 
 from accounts.services import skill_ensure
@@ -17,12 +18,12 @@ from inbox.metrics import _COUNTER_KEY, _counters_read, metrics_text
 from inbox.models import IntakeError, Outbox, OutboxStatus, Task, TaskEvent, TaskState
 from inbox.services import orphans
 from inbox.services.callback import callback_send
-from inbox.services.intake import intake_poll
+from inbox.services.intake import Outcome, intake_messages, intake_poll
 from inbox.services.worker import task_claim, task_complete
 from inbox.tasks import orphans_check_task
 from inbox.tokens import token_decrypt
 from processes import aws
-from processes.models import ProcessVersion
+from processes.models import Process, ProcessVersion
 from processes.services import process_deploy, process_start
 from tests.sfn import APPROVE, SMALL_INVOICE, execution_wait, task_message_wait, unique
 
@@ -310,3 +311,72 @@ def test_beat_runs_the_orphan_check_through_a_thin_task(process, review_skill, s
     # A run in progress elsewhere (its lock held): this one does nothing.
     cache.add(orphans.LOCK_KEY, "another run", timeout=60)
     assert orphans_check_task.apply().get() is None
+
+
+def _parallel_machine(*, name: str) -> ProcessVersion:
+    """A hand-written state machine that follows the envelope: two human stages at once.
+
+    Deployed on the emulator and recorded as a process version (the check lists the
+    versions' state machines); its envelopes name a process nobody deployed, whose form is
+    a built-in one.
+    """
+    queue_url = aws.queue_url(name=settings.INBOX_INTAKE_QUEUE)
+
+    def stage(title: str) -> dict:
+        return {
+            "Type": "Task", "Resource": "arn:aws:states:::sqs:sendMessage.waitForTaskToken",
+            "TimeoutSeconds": 3600, "End": True,
+            "Parameters": {"QueueUrl": queue_url, "MessageBody": {
+                "kind": "human-task/v1", "taskToken.$": "$$.Task.Token",
+                "execution.$": "$$.Execution.Id", "stage.$": "$$.State.Name",
+                "enteredAt.$": "$$.State.EnteredTime",
+                "process": {"name": "hand-written", "version": 1},
+                "skill": "invoice-review", "title": title, "form": "approve-reject",
+                "input.$": "$", "priority": 50,
+                "timeouts": {"offer": 300, "work": 1800, "overall": 3000},
+                "onTimeout": "abort"}},
+        }
+
+    asl = {"StartAt": "both", "States": {"both": {"Type": "Parallel", "End": True, "Branches": [
+        {"StartAt": "left", "States": {"left": stage("Left")}},
+        {"StartAt": "right", "States": {"right": stage("Right")}},
+    ]}}}
+    arn = aws.state_machine_create_or_update(name=name, definition=asl,
+                                             role_arn=settings.INBOX_STATES_ROLE_ARN)
+    process = Process.objects.create(name=name)
+    return ProcessVersion.objects.create(process=process, version=1, spec_text="",
+                                         spec_sha256="", asl=asl, state_machine_name=name,
+                                         state_machine_arn=arn)
+
+
+def test_a_lost_branch_is_recovered_after_the_other_branch_was_answered(
+        private_intake, orphan_settings, worker):
+    """Parallel branches: the answered branch's TaskSucceeded comes after the lost one's
+    TaskScheduled, and closes only its own wait."""
+    version = _parallel_machine(name=unique("parallel"))
+    arn = aws.execution_start(state_machine_arn=version.state_machine_arn,
+                              name=unique("run"), input={"n": 1})
+    left = task_message_wait(execution_arn=arn, stage="left")
+    right = task_message_wait(execution_arn=arn, stage="right")
+    # The left message reaches the intake; the right one is lost.
+    assert intake_messages(messages=[{"MessageId": "left", "Body": json.dumps(left)}]) == [
+        Outcome.CREATED]
+    task = Task.objects.get(execution_arn=arn)
+    task_claim(worker=worker, task_id=task.pk)
+    task_complete(worker=worker, task_id=task.pk, answer=APPROVE)
+    for outbox in Outbox.objects.filter(task=task, status=OutboxStatus.PENDING):
+        assert callback_send(outbox_id=outbox.pk) == "sent"
+    history = aws.execution_history(execution_arn=arn)
+    succeeded = [event["id"] for event in history if event["type"] == "TaskSucceeded"]
+    scheduled = [event["id"] for event in history if event["type"] == "TaskScheduled"]
+    assert len(succeeded) == 1 and succeeded[0] > max(scheduled)
+
+    counts = _check()
+    assert (counts["checked"], counts["recovered"], counts["has_task"]) == (1, 1, 0)
+    recovered = Task.objects.get(execution_arn=arn, stage="right")
+    assert token_decrypt(recovered.token_ciphertext) == right["taskToken"]
+    task_claim(worker=worker, task_id=recovered.pk)
+    task_complete(worker=worker, task_id=recovered.pk, answer=APPROVE)
+    for outbox in Outbox.objects.filter(task=recovered, status=OutboxStatus.PENDING):
+        assert callback_send(outbox_id=outbox.pk) == "sent"
+    assert execution_wait(execution_arn=arn)["status"] == "SUCCEEDED"
