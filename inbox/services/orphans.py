@@ -151,7 +151,8 @@ def execution_orphans_recover(*, execution_arn: str, now: datetime.datetime | No
 
     Counts: "recovered" (a task now exists), "has_task" (a task exists for the token),
     "recent" (younger than the grace period), "invalid" (the intake refused the envelope,
-    recorded as an IntakeError), "unreadable" (the history shows no body). One
+    or failed on it: recorded as an IntakeError either way), "unreadable" (the history
+    shows no envelope with a token). One
     GetExecutionHistory call (HISTORY_EVENTS newest events).
     """
     now = now or timezone.now()
@@ -262,8 +263,10 @@ def orphans_check(*, calls: int | None = None, now: datetime.datetime | None = N
     token = cursor.get("token") if cursor.get("machine") in machines else None
     try:
         for machine in machines[start:]:
-            token = _machine_check(machine=machine, token=token, budget=budget,
-                                   counts=counts, now=now)
+            _machine_check(machine=machine, token=token, budget=budget, counts=counts,
+                           now=now)
+            # The next machine from its first page.
+            token = None
         cache.delete(CURSOR_KEY)
     except _BudgetSpent:
         # The cursor is kept where the run stopped (_machine_check).
@@ -291,7 +294,7 @@ def _machine_check(*, machine: str, token: str | None, budget: _Budget,
                 if exc.error_code == "StateMachineDoesNotExist":
                     logger.warning("Orphans: state machine %s of a deployed version does not "
                                    "exist upstream; its executions are not checked", machine)
-                    return None
+                    return
                 if exc.error_code == "InvalidToken" and token:
                     # The page token expired (24 hours): this machine again from its start.
                     token = None
@@ -300,15 +303,17 @@ def _machine_check(*, machine: str, token: str | None, budget: _Budget,
                     # AWS's own budget is spent: the next run resumes at this page.
                     raise _BudgetSpent from exc
                 raise
-            for execution in executions:
-                arn = execution["executionArn"]
-                if cache.get(_checked_key(arn)):
+            arns = [execution["executionArn"] for execution in executions]
+            # One cache read for the page's marks, not one per execution.
+            marked = cache.get_many([_checked_key(arn) for arn in arns])
+            for arn in arns:
+                if _checked_key(arn) in marked:
                     counts["skipped"] += 1
                     continue
                 budget.take()
                 _execution_check(arn=arn, counts=counts, now=now)
             if following is None:
-                return None
+                return
             token = following
     except (_BudgetSpent, ExternalServiceError):
         cache.set(CURSOR_KEY, {"machine": machine, "token": token}, timeout=CURSOR_SECONDS)
@@ -316,7 +321,6 @@ def _machine_check(*, machine: str, token: str | None, budget: _Budget,
 
 
 def _execution_check(*, arn: str, counts: dict[str, int], now: datetime.datetime) -> None:
-    counts["checked"] += 1
     try:
         found = execution_orphans_recover(execution_arn=arn, now=now)
     except ExternalServiceError as exc:
@@ -324,10 +328,12 @@ def _execution_check(*, arn: str, counts: dict[str, int], now: datetime.datetime
             # AWS's own budget for histories is spent: stop; this one is checked next run.
             raise _BudgetSpent from exc
         # AWS failing, or the execution ended meanwhile: checked again on a later run.
+        counts["checked"] += 1
         counts["failed"] += 1
         logger.warning("Orphans: the history of execution %s could not be read: %s", arn,
                        exc.message)
         return
+    counts["checked"] += 1
     for name, value in found.items():
         counts[name] += value
     if not found["recent"]:

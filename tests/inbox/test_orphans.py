@@ -14,6 +14,7 @@ from django.conf import settings
 from django.core.cache import cache
 
 from accounts.services import skill_ensure
+from config.errors import ExternalServiceError
 from inbox.metrics import _COUNTER_KEY, _counters_read, metrics_text
 from inbox.models import IntakeError, Outbox, OutboxStatus, Task, TaskEvent, TaskState
 from inbox.services import orphans
@@ -380,3 +381,24 @@ def test_a_lost_branch_is_recovered_after_the_other_branch_was_answered(
     for outbox in Outbox.objects.filter(task=recovered, status=OutboxStatus.PENDING):
         assert callback_send(outbox_id=outbox.pk) == "sent"
     assert execution_wait(execution_arn=arn)["status"] == "SUCCEEDED"
+
+
+def test_aws_throttling_stops_the_run_and_the_next_resumes(process, review_skill,
+                                                           monkeypatch):
+    """Patched: the emulator never throttles, so GetExecutionHistory is made to answer
+    ThrottlingException once, as AWS does when its bucket is empty."""
+    arn, _ = _lost_start(process)
+    real = aws.execution_history
+
+    def throttled(**kwargs):
+        raise ExternalServiceError("GetExecutionHistory: ThrottlingException: Rate exceeded",
+                                   retryable=True, error_code="ThrottlingException")
+
+    monkeypatch.setattr(aws, "execution_history", throttled)
+    stopped = _check()
+    assert (stopped["stopped"], stopped["checked"], stopped["recovered"]) == (1, 0, 0)
+    assert cache.get(orphans.CURSOR_KEY)["machine"].endswith(f":{process}-v1")
+    monkeypatch.setattr(aws, "execution_history", real)
+    resumed = _check()
+    assert (resumed["checked"], resumed["skipped"], resumed["recovered"]) == (1, 0, 1)
+    assert Task.objects.get().execution_arn == arn
