@@ -190,6 +190,16 @@ def _every(seconds: float, task: str, *, expires: float) -> dict:
     return {"task": task, "schedule": seconds, "options": {"expires": expires}}
 
 
+# Orphaned waits (inbox.services.orphans): how often beat runs the check, the AWS calls
+# (ListExecutions pages, GetExecutionHistory) all processes together may make per period,
+# how long a checked execution is left alone, and how old a wait must be to be judged (its
+# intake message may still be on the queue: above the intake's redrive, 5 receives).
+INBOX_ORPHANS_CHECK_EVERY_SECONDS = env_int("INBOX_ORPHANS_CHECK_EVERY_SECONDS", 60,
+                                            minimum=10)
+INBOX_ORPHANS_CHECK_CALLS = env_int("INBOX_ORPHANS_CHECK_CALLS", 60, minimum=0)
+INBOX_ORPHANS_RECHECK_SECONDS = env_int("INBOX_ORPHANS_RECHECK_SECONDS", 1800, minimum=0)
+INBOX_ORPHANS_GRACE_SECONDS = env_int("INBOX_ORPHANS_GRACE_SECONDS", 600, minimum=0)
+
 # Each entry "expires" before its next tick, so a backlog (worker down) runs once.
 CELERY_BEAT_SCHEDULE = {
     # Long-polls the intake queue; a cache lock keeps one poll at a time.
@@ -205,6 +215,10 @@ CELERY_BEAT_SCHEDULE = {
     # Keeps execution records current from DescribeExecution (and notices lost ones).
     "executions-reconcile": _every(30.0, "processes.tasks.executions_reconcile_task",
                                    expires=25),
+    # Finds executions waiting at a human stage with no task and takes their envelope in.
+    "orphans-check": _every(float(INBOX_ORPHANS_CHECK_EVERY_SECONDS),
+                            "inbox.tasks.orphans_check_task",
+                            expires=max(1, INBOX_ORPHANS_CHECK_EVERY_SECONDS - 5)),
 }
 
 # AWS: Step Functions and SQS ------------------------------------------------

@@ -5,10 +5,11 @@ runs promtool on them).
 
 Gauges are read when /metrics is scraped, with a fixed number of aggregate queries (their
 count does not grow with the data), so every web process gives the same answer: scrape
-through the load balancer. Counters that several processes add to (callback errors,
-counted by the Celery workers) live in the shared cache, Redis in production, so they
-survive across processes and restarts of a process; a flushed cache starts them again
-at zero, which Prometheus' rate() and increase() treat as a counter reset.
+through the load balancer. Counters that several processes add to (callback errors and
+recovered orphans, counted by the Celery workers) live in the shared cache, Redis in
+production, so they survive across processes and restarts of a process; a flushed cache
+starts them again at zero, which Prometheus' rate() and increase() treat as a counter
+reset.
 
 A source that does not answer (SQS, the cache) sets ``inbox_scrape_error{source=...}`` to 1
 and leaves its metrics out, instead of failing the whole page; the database failing does
@@ -83,11 +84,17 @@ def callback_dead_count() -> None:
     _counter_add(name="callbacks_dead", label="all")
 
 
+def orphan_recovered_count() -> None:
+    """Count one orphaned wait taken in from its history (inbox_orphans_recovered_total)."""
+    _counter_add(name="orphans_recovered", label="all")
+
+
 def _counters_read() -> dict[str, int]:
     """Return every counter by cache key, 0 for those never incremented (one cache read)."""
     keys = [_COUNTER_KEY.format(name="callback_errors", label=kind.value)
             for kind in CallbackError]
     keys.append(_COUNTER_KEY.format(name="callbacks_dead", label="all"))
+    keys.append(_COUNTER_KEY.format(name="orphans_recovered", label="all"))
     values = caches[CACHE_ALIAS].get_many(keys)
     return {key: int(values.get(key) or 0) for key in keys}
 
@@ -214,7 +221,13 @@ class InboxCollector:
             "inbox_callbacks_dead", "Callbacks given up on (dead: requeue them in the admin).",
             value=values[_COUNTER_KEY.format(name="callbacks_dead", label="all")],
         )
-        yield from (errors, dead)
+        orphans = CounterMetricFamily(
+            "inbox_orphans_recovered",
+            "Executions found waiting at a human stage with no task, whose envelope was "
+            "taken in from their history (the intake message was lost).",
+            value=values[_COUNTER_KEY.format(name="orphans_recovered", label="all")],
+        )
+        yield from (errors, dead, orphans)
 
 
 def metrics_text() -> bytes:

@@ -14,6 +14,7 @@ from inbox.notifications import notify
 from inbox.services.callback import callback_send, callbacks_send, outbox_drain
 from inbox.services.dispatcher import dispatch_pending, task_dispatch, tasks_dispatch
 from inbox.services.intake import intake_poll_once
+from inbox.services.orphans import orphans_check_once
 from inbox.services.signals import signals_relay
 from inbox.timeline import timeline_refresh
 
@@ -106,3 +107,9 @@ def execution_timeline_task(execution_arn: str) -> str:
     """
     row = timeline_refresh(execution_arn=execution_arn)
     return "failed" if row.error_code else "read"
+
+
+@shared_task(ignore_result=True)
+def orphans_check_task() -> dict[str, int] | None:
+    """Look for executions waiting with no task and take their envelopes in (beat, 60 s)."""
+    return orphans_check_once()

@@ -444,6 +444,21 @@ def execution_start(*, state_machine_arn: str, name: str, input: dict) -> str:
     )["executionArn"]
 
 
+def executions_running_page(*, state_machine_arn: str, page_token: str | None = None,
+                            page_size: int = 1000) -> tuple[list[dict[str, Any]], str | None]:
+    """Return one page of the state machine's RUNNING executions and the next page's token.
+
+    ListExecutions: at most page_size (up to 1,000) executions a call, newest first; the
+    token is None after the last page (AWS keeps a token valid for 24 hours).
+    """
+    params: dict[str, Any] = {"stateMachineArn": state_machine_arn, "statusFilter": "RUNNING",
+                              "maxResults": page_size}
+    if page_token:
+        params["nextToken"] = page_token
+    page = _call(service="stepfunctions", operation="list_executions", **params)
+    return page.get("executions", []), page.get("nextToken") or None
+
+
 def execution_describe(*, execution_arn: str) -> dict[str, Any]:
     """Return DescribeExecution's answer for the execution (status, input, output...)."""
     return _call(
