@@ -687,7 +687,7 @@ def transitions_apply(*, action: str, tasks: list[Task], system: str = "",
 def take_next_applied(*, worker: User, skill: str | None = None) -> Task | None:
     """Apply the take_next row in the database, in one round trip; None if nothing taken.
 
-    PostgreSQL only (the function inbox_take_next, migration 0010): it checks the worker
+    PostgreSQL only (the function inbox_take_next_history, migrations 0010, 0012): it checks the worker
     (active, the worker role), weighs their capacity, picks the candidate (SKIP LOCKED,
     separation of duties), changes it as _hold does and appends its hash-chained event, in
     the caller's transaction or its own. None: nothing taken, for whatever reason (nothing
@@ -703,7 +703,7 @@ def take_next_applied(*, worker: User, skill: str | None = None) -> Task | None:
     with connection.cursor() as cursor:
         cursor.execute(  # The columns are the models' own names, never input.
             f"SELECT {_TAKEN_COLUMNS}, r.taken_history "  # noqa: S608
-            "FROM inbox_take_next(%s, %s, %s, %s, %s, %s) r "
+            "FROM inbox_take_next_history(%s, %s, %s, %s, %s, %s) r "
             "JOIN accounts_skill s ON s.id = (r.taken).skill_id",
             [worker.pk, skill or None, now, worker.email, json.dumps(worker.email), signal])
         found = cursor.fetchone()

@@ -1,20 +1,23 @@
 """Take next answers what the page needs in its one round trip: the task, and its history.
 
-inbox_take_next (migration 0010) now returns the taken row and the task's history (its
-events, the take's own included) as one JSON array, so an API take reads no history
+inbox_take_next_history is 0010's inbox_take_next that also returns the task's history
+(its events, the take's own included) as one JSON array, so an API take reads no history
 afterwards; it is declared ROWS 1, the one row it returns at most, for the caller's plan.
 Everything else is 0010's: the same checks, the same change, the same event and chain.
 tests/inbox/test_take_next_sql.py proves it writes what the Python path writes and that
-the history it answers is the one stored. A function's result type cannot be changed in
-place: the old one is dropped first, in the same transaction.
+the history it answers is the one stored.
+
+A new name, not 0010's function changed: a function's result type cannot change in
+place, and during a rolling deploy the processes still on the code before this one call
+inbox_take_next as they know it. That one stays until a later release drops it.
 """
 
 from django.db import migrations
 
-SIGNATURE = "inbox_take_next(bigint, text, timestamptz, text, text, boolean)"
+SIGNATURE = "inbox_take_next_history(bigint, text, timestamptz, text, text, boolean)"
 
 CREATE = """
-CREATE OR REPLACE FUNCTION inbox_take_next(
+CREATE OR REPLACE FUNCTION inbox_take_next_history(
     p_worker bigint, p_skill text, p_now timestamptz, p_label text, p_label_json text,
     p_signal boolean
 ) RETURNS TABLE (taken inbox_task, taken_history jsonb)
@@ -109,10 +112,6 @@ END;
 $$;
 """
 
-# 0010's function, as it was (its text lives in that migration).
-PREVIOUS = __import__("importlib").import_module("inbox.migrations.0010_take_next_function")
-
-
 def _on_postgresql(*sqls: str):
     def run(apps, schema_editor) -> None:
         if schema_editor.connection.vendor == "postgresql":
@@ -127,7 +126,7 @@ class Migration(migrations.Migration):
 
     operations = [
         migrations.RunPython(
-            _on_postgresql(f"DROP FUNCTION IF EXISTS {SIGNATURE}", CREATE),
-            _on_postgresql(f"DROP FUNCTION IF EXISTS {SIGNATURE}", PREVIOUS.CREATE),
+            _on_postgresql(CREATE),
+            _on_postgresql(f"DROP FUNCTION IF EXISTS {SIGNATURE}"),
             elidable=False),
     ]

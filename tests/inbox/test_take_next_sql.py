@@ -1,4 +1,4 @@
-"""Take next in one round trip on PostgreSQL (the function inbox_take_next, migrations 0010, 0012).
+"""Take next in one round trip on PostgreSQL (inbox_take_next_history, migrations 0010, 0012).
 
 The database applies the table's take_next row itself; these tests prove it writes what the
 Python path writes (SQLite's, and PostgreSQL's when the database took nothing): the same
@@ -195,3 +195,13 @@ def test_a_take_with_a_signal_bus_writes_its_signal_row(make_task, make_worker, 
     signal = SignalOutbox.objects.get(task=taken, version=taken.version)
     assert signal.event == TaskEvent.objects.get(task=taken, version=taken.version)
     assert len(callbacks) == 1
+
+
+def test_the_previous_function_stays_for_a_rolling_deploy(make_task, make_worker):
+    """0010's inbox_take_next still answers the row as the code before 0012 reads it."""
+    worker = make_worker({"invoice-review": 3})
+    task = make_task()
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT t.id, t.state FROM inbox_take_next(%s, NULL, now(), %s, %s, "
+                       "false) t", [worker.pk, worker.email, f'"{worker.email}"'])
+        assert cursor.fetchall() == [(task.pk, TaskState.IN_PROGRESS)]
