@@ -687,10 +687,12 @@ def transitions_apply(*, action: str, tasks: list[Task], system: str = "",
 def take_next_applied(*, worker: User, skill: str | None = None) -> Task | None:
     """Apply the take_next row in the database, in one round trip; None if nothing taken.
 
-    PostgreSQL only (the function inbox_take_next_history, migrations 0010, 0012): it checks the worker
-    (active, the worker role), weighs their capacity, picks the candidate (SKIP LOCKED,
-    separation of duties), changes it as _hold does and appends its hash-chained event, in
-    the caller's transaction or its own. None: nothing taken, for whatever reason (nothing
+    PostgreSQL only (the function inbox_take_next_history, migrations 0010, 0012): it
+    checks the worker (active, the worker role), weighs their capacity, picks the candidate
+    (SKIP LOCKED, separation of duties), changes it as _hold does, appends its hash-chained
+    event and answers the task's history, in the caller's transaction or its own. The
+    history rides on the task (events_read, which selectors.task_history answers).
+    None: nothing taken, for whatever reason (nothing
     waits, at capacity, no pull skill, no worker role); the caller's Python path then says
     why, in the words every other path uses. Elsewhere (SQLite) always None.
     """
