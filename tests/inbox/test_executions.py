@@ -318,3 +318,15 @@ def test_the_execution_page_follows_a_real_execution_until_it_ends(
     # The read recorded the end in the list too, before the reconciler came by.
     ended = client.get("/supervisor/executions/", {"status": "SUCCEEDED"})
     assert execution.pk in [row.pk for row in ended.context["rows"]]
+
+
+@pytest.mark.parametrize("name", ["process", "version", "status", "started_after",
+                                  "started_before", "after"])
+@pytest.mark.parametrize("value", ["²", "1" * 5000, "-1", "7\x00", "2026-13-01", "x" * 300])
+def test_a_crafted_filter_is_a_400_never_a_500(population, supervisor_client, name, value):
+    query = {name: value}
+    if name == "version":
+        query["process"] = "invoice-approval"
+    page = supervisor_client.get("/supervisor/executions/", query)
+    assert page.status_code == 400
+    assert page.context["filters"].problems
