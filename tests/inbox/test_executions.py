@@ -236,8 +236,13 @@ def _stored(execution: Execution, *, status: str, seconds_ago: int) -> None:
 
 
 def test_a_running_execution_is_followed_and_read_again_once_stale(
-        review_skill, supervisor_client, enqueued):
+        review_skill, supervisor_client, enqueued, make_task):
     execution = make_execution(make_version(), "INV-2")
+    # A task of an execution the inbox did not start: its timeline, no execution page.
+    other = make_task()
+    assert "The execution's page" not in supervisor_client.get(
+        f"/tasks/{other.pk}/").content.decode()
+    enqueued.clear()  # its timeline was asked for
     _stored(execution, status="RUNNING", seconds_ago=1)
     page = supervisor_client.get(f"/supervisor/executions/{execution.pk}/").content.decode()
     assert FOLLOW in page
@@ -299,6 +304,10 @@ def test_the_execution_page_follows_a_real_execution_until_it_ends(
     assert review.title in page  # its task, linked
     part = client.get(f"/supervisor/executions/{execution.pk}/timeline/").content.decode()
     assert FOLLOW in part and "review" in part and "running" in part
+    # The task's page links its execution's page; the task's own timeline follows it too.
+    task_page = client.get(f"/tasks/{review.pk}/").content.decode()
+    assert f'href="/supervisor/executions/{execution.pk}/"' in task_page
+    assert FOLLOW in client.get(f"/tasks/{review.pk}/timeline/").content.decode()
 
     task_take_next(worker=worker)
     task_complete(worker=worker, task_id=review.pk,
