@@ -2,8 +2,10 @@
 
 The list reads ``processes.Execution``, the row ``process_start`` writes for every
 execution the inbox starts. Its status is kept current without the page calling Step
-Functions: the reconciler (``processes.services.executions_reconcile``, every 30 s, the
-least recently checked RUNNING rows first) asks DescribeExecution, and every read of an
+Functions: an ended execution's status-change event is recorded in its row
+(``inbox.services.upstream.execution_record``), the reconciler
+(``processes.services.executions_reconcile``, every 30 s, the least recently checked
+RUNNING rows first) asks DescribeExecution for what an event missed, and every read of an
 execution's timeline (``inbox.timeline.timeline_refresh``) records the status it read.
 Executions started outside the inbox (by hand in the console, or by a parent state
 machine) have no row and are not listed.
