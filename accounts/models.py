@@ -170,6 +170,7 @@ class AuditAction(models.TextChoices):
     SKILL_EDITED = "skill_edited", "Skill settings changed"
     CAPACITY_CHANGED = "capacity_changed", "Capacity changed"
     AVAILABILITY_CHANGED = "availability_changed", "Availability changed"
+    TASK_ACTION_REFUSED = "task_action_refused", "Task action refused"
 
 
 class AuditEvent(models.Model):

@@ -13,7 +13,7 @@ from typing import Any
 
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema, extend_schema_field
-from rest_framework import serializers
+from rest_framework import exceptions, serializers
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -21,9 +21,11 @@ from rest_framework.views import APIView
 
 from accounts.api_auth import HasTokenScope
 from accounts.models import ApiScope
+from config.errors import InboxError
 from inbox.display import in_order
 from inbox.lifecycle import REASON_MAX_CHARS
 from inbox.models import Task
+from inbox.refusals import refusal_record
 from inbox.selectors import access_task, my_queues, my_tasks, task_form, task_history
 from inbox.services import worker
 from processes.forms import Form
@@ -186,6 +188,17 @@ class TaskActionApi(WorkerApi):
     input_class: type[serializers.Serializer] = VersionInput
     service: Callable[..., Task]
     actor = "worker"
+
+    def handle_exception(self, exc: Exception) -> Response:
+        """Answer exc as every view does, after auditing a 403 or 409 (inbox.refusals)."""
+        status = (exc.status if isinstance(exc, InboxError)
+                  else 403 if isinstance(exc, exceptions.PermissionDenied) else None)
+        if status is not None:
+            refusal_record(request=self.request, user=self.request.user,
+                           task_id=self.kwargs.get("task_id"), status=status,
+                           reason=exc.message if isinstance(exc, InboxError)
+                           else str(exc.detail))
+        return super().handle_exception(exc)
 
     def post(self, request: Request, task_id: str | None = None) -> Response:
         arguments = {self.actor: request.user, **valid_input(self.input_class, request)}

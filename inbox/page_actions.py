@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from django.contrib import messages
+from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect
 from django.views.decorators.http import require_http_methods
@@ -16,6 +17,7 @@ from django.views.decorators.http import require_http_methods
 from config.errors import InboxError, NotFound
 from inbox.lifecycle import AccessLost
 from inbox.models import Task
+from inbox.refusals import refusal_record
 
 Perform = Callable[[HttpRequest, Any], "Task | HttpResponse"]
 Then = Callable[[HttpRequest, Task], HttpResponse]
@@ -81,11 +83,19 @@ def task_action(perform: Perform, *, done: str = "", then: Then = to_task,
             outcome = perform(request, task_id)
         except NotFound:
             raise Http404("No such task.") from None
+        except PermissionDenied as exc:
+            refusal_record(request=request, user=request.user, task_id=task_id, status=403,
+                           reason=str(exc) or "Forbidden.")
+            raise
         except AccessLost as exc:
+            refusal_record(request=request, user=request.user, task_id=task_id,
+                           status=exc.status, reason=exc.message)
             # The task went back to its queue; its page may be one the user no longer sees.
             messages.error(request, exc.message)
             return redirect("inbox:home")
         except InboxError as exc:
+            refusal_record(request=request, user=request.user, task_id=task_id,
+                           status=exc.status, reason=exc.message)
             return refused(request, task_id, exc)
         if isinstance(outcome, HttpResponse):
             return outcome

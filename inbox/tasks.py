@@ -16,7 +16,7 @@ from inbox.services.dispatcher import dispatch_pending, task_dispatch, tasks_dis
 from inbox.services.intake import intake_poll_once
 from inbox.services.orphans import orphans_check_once
 from inbox.services.signals import signals_relay
-from inbox.timeline import timeline_refresh
+from inbox.timeline import timeline_refresh, timeline_request_done
 
 logger = logging.getLogger(__name__)
 
@@ -105,7 +105,11 @@ def execution_timeline_task(execution_arn: str) -> str:
     A failed read is stored and shown on the page, not retried here: the next page load
     after the timeline goes stale asks again.
     """
-    row = timeline_refresh(execution_arn=execution_arn)
+    try:
+        row = timeline_refresh(execution_arn=execution_arn)
+    finally:
+        # The next page asking (a page following a running execution) may enqueue again.
+        timeline_request_done(execution_arn=execution_arn)
     return "failed" if row.error_code else "read"
 
 

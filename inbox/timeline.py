@@ -5,6 +5,14 @@ parameters), so only the Celery worker reads it (``timeline_refresh``) and it ke
 state names, types, times and outcomes, nothing else. The web process reads the stored
 ``ExecutionTimeline`` and asks for a refresh when it is missing or stale
 (``timeline_for_page``); it never calls Step Functions itself.
+
+A page follows a running execution: it fetches the timeline partial again every
+FOLLOW_SECONDS, each fetch asking for a refresh when the stored read is older than
+FRESH_SECONDS, and stops when a read shows the execution ended (whose history never
+changes, so it is never read again) or after FOLLOW_MAX_SECONDS. Task events do not
+tell every change of a history (a Wait, a Lambda step), so there is no push signal to
+follow; however many pages follow one execution, its history is read at most once per
+FRESH_SECONDS (the cache lock lets one refresh at a time enqueue).
 """
 
 import datetime
@@ -24,14 +32,21 @@ from inbox.models import ExecutionTimeline
 from inbox.redaction import redact
 from inbox.templatetags.inbox_pages import span_text
 from processes import aws
+from processes.services import execution_described_record
 from processes.shown import is_show_state
 
 logger = logging.getLogger(__name__)
 
-# A timeline read this recently is shown as it is; an older one is refreshed.
-FRESH_SECONDS = 30
-# One refresh per execution at a time; a lost enqueue (worker down) is retried after this.
+# A running execution's timeline read this recently is shown as it is; an older one is
+# read again. An ended execution's history never changes: once read, it is never read again.
+FRESH_SECONDS = 10
+# One refresh per execution at a time (a refresh that ends lets the next one go); a lost
+# enqueue (worker down) is retried after this.
 LOCK_SECONDS = 30
+# How often a page following a running execution asks for its timeline (inbox.js).
+FOLLOW_SECONDS = FRESH_SECONDS
+# A page stops following after this long (it says so; a reload follows again).
+FOLLOW_MAX_SECONDS = 30 * 60
 # The latest events read per refresh; a longer history shows its latest stages only.
 MAX_EVENTS = 1000
 
@@ -143,6 +158,8 @@ def timeline_refresh(*, execution_arn: str) -> ExecutionTimeline:
         _store(execution_arn=execution_arn, checked_at=checked_at,
                error_code=type(exc).__name__, error="Internal error: see the worker's log.")
         raise
+    # The executions list (inbox.executions) reads the status this read found.
+    execution_described_record(execution_arn=execution_arn, described=described)
     events = newest_first[:MAX_EVENTS]
     # DescribeExecution was asked first: the history can already show the end it missed.
     ends = [_EXECUTION_ENDS[e["type"]] for e in events if e["type"] in _EXECUTION_ENDS]
@@ -178,7 +195,7 @@ def timeline_request(*, execution_arn: str) -> bool:
 
     Raises kombu's OperationalError when the broker cannot be reached.
     """
-    key = "inbox:timeline:" + hashlib.sha256(execution_arn.encode()).hexdigest()
+    key = _lock_key(execution_arn)
     # Every supervisor's page load and poll asks; the first one in LOCK_SECONDS enqueues.
     if not cache.add(key, 1, timeout=LOCK_SECONDS):
         return False
@@ -191,12 +208,28 @@ def timeline_request(*, execution_arn: str) -> bool:
     return True
 
 
+def _lock_key(execution_arn: str) -> str:
+    return "inbox:timeline:" + hashlib.sha256(execution_arn.encode()).hexdigest()
+
+
+def timeline_request_done(*, execution_arn: str) -> None:
+    """Let the next request of the execution's timeline enqueue (its refresh has ended)."""
+    cache.delete(_lock_key(execution_arn))
+
+
+def is_ended(row: ExecutionTimeline | None) -> bool:
+    """Return whether the row is a good read of an ended execution (final: never re-read)."""
+    return row is not None and not row.error_code and row.status in _STATUS_OUTCOME
+
+
 def timeline_for_page(*, execution_arn: str,
                       now: datetime.datetime | None = None) -> dict[str, Any]:
     """Return what the timeline partial shows, asking for a refresh when missing or stale."""
     now = now or timezone.now()
     row = ExecutionTimeline.objects.filter(execution_arn=execution_arn).first()
-    stale = row is None or row.checked_at < now - datetime.timedelta(seconds=FRESH_SECONDS)
+    ended = is_ended(row)
+    stale = not ended and (
+        row is None or row.checked_at < now - datetime.timedelta(seconds=FRESH_SECONDS))
     request_problem = None
     if stale:
         try:
@@ -209,6 +242,11 @@ def timeline_for_page(*, execution_arn: str,
     return {
         "row": row,
         "pending": stale and request_problem is None,
+        # The page re-reads the timeline while the execution runs (inbox.js), and stops
+        # once a read shows it ended.
+        "follow": row is not None and not ended,
+        "follow_seconds": FOLLOW_SECONDS,
+        "follow_max_seconds": FOLLOW_MAX_SECONDS,
         "request_problem": request_problem,
         "stages": stage_rows(row=row) if row else [],
     }

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from inbox import views, views_intake, views_live, views_supervisor
+from inbox import views, views_executions, views_intake, views_live, views_supervisor
 
 app_name = "inbox"
 
@@ -26,6 +26,11 @@ urlpatterns = [
     path("supervisor/bulk/", views_supervisor.tasks_bulk_page, name="supervisor-bulk"),
     path("tasks/<uuid:task_id>/timeline/", views_supervisor.task_timeline,
          name="task-timeline"),
+    path("supervisor/executions/", views_executions.execution_list, name="executions"),
+    path("supervisor/executions/<int:execution_id>/", views_executions.execution_detail,
+         name="execution"),
+    path("supervisor/executions/<int:execution_id>/timeline/",
+         views_executions.execution_timeline, name="execution-timeline"),
     # The admins' intake pages, beside the other team pages (accounts.urls, processes).
     path("team/intake/", views_intake.intake_errors, name="intake-errors"),
     path("team/intake/redrive/", views_intake.intake_redrive_post, name="intake-redrive"),

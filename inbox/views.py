@@ -27,6 +27,7 @@ from inbox.lifecycle import transition_problem, undo_seconds
 from inbox.live import live_url
 from inbox.models import HELD_STATES, Task, TaskState
 from inbox.page_actions import calls, posted, posted_version, refused, task_action, to_home
+from inbox.refusals import refusal_record
 from inbox.selectors import (
     Undoable,
     UnknownForm,
@@ -80,6 +81,8 @@ def take_next(request: HttpRequest) -> HttpResponse:
         messages.info(request, NOTHING_WAITING)
         return redirect("inbox:home")
     except Conflict as exc:
+        refusal_record(request=request, user=request.user, task_id=None, status=exc.status,
+                       reason=exc.message)
         messages.error(request, exc.message)
         return redirect("inbox:home")
     return redirect("inbox:task", task_id=task.pk)

@@ -21,6 +21,7 @@ from accounts.models import User
 from config.errors import Conflict, InboxError, NotFound
 from inbox import board, timeline
 from inbox.eligibility import task_eligibility
+from inbox.executions import visible_executions
 from inbox.lifecycle import SUPERVISOR_REASON
 from inbox.live import live_url
 from inbox.models import OPEN_STATES, Task, TaskState
@@ -134,7 +135,7 @@ def timeline_panel(request: HttpRequest, task: Task) -> dict[str, Any] | None:
         access_task(user=request.user, task_id=task.pk, action="manage")
     except NotFound:
         return None
-    return _timeline(task)
+    return _timeline(task, request.user)
 
 
 @require_safe
@@ -142,12 +143,17 @@ def timeline_panel(request: HttpRequest, task: Task) -> dict[str, Any] | None:
 def task_timeline(request: HttpRequest, task_id: UUID) -> HttpResponse:
     """Return the timeline partial alone: the task page polls it while a refresh is pending."""
     task = _managed_task(request, task_id)
-    return render(request, "supervisor/_timeline.html", {"task": task, "timeline": _timeline(task)})
+    return render(request, "supervisor/_timeline.html",
+                  {"task": task, "timeline": _timeline(task, request.user)})
 
 
-def _timeline(task: Task) -> dict[str, Any]:
+def _timeline(task: Task, user: User) -> dict[str, Any]:
+    # The execution's own page, when the inbox started it and the user may see it.
+    execution = (visible_executions(user=user).filter(execution_arn=task.execution_arn)
+                 .values_list("pk", flat=True).first())
     return {**timeline.timeline_for_page(execution_arn=task.execution_arn),
-            "url": reverse("inbox:task-timeline", args=[task.pk])}
+            "url": reverse("inbox:task-timeline", args=[task.pk]),
+            "execution_url": reverse("inbox:execution", args=[execution]) if execution else ""}
 
 
 def _posted_worker(request: HttpRequest) -> User:

@@ -480,6 +480,20 @@ def execution_refresh(*, execution: Execution) -> Execution:
     return execution
 
 
+def execution_described_record(*, execution_arn: str, described: dict[str, Any]) -> bool:
+    """Record what a DescribeExecution made for another reason said of a running execution.
+
+    The timeline's reads (inbox.timeline) pass theirs, so the executions list is as fresh
+    as the last timeline read, at no extra call. Return whether a row changed: only a
+    RUNNING row of the inbox's own is written (a final status is never rewritten).
+    """
+    changes = _changes_described(described=described)
+    # Conditional on RUNNING, as in execution_refresh: a final state recorded first stays.
+    return bool(Execution.objects.filter(
+        execution_arn=execution_arn, status=ExecutionStatus.RUNNING
+    ).update(checked_at=timezone.now(), **changes))
+
+
 def _changes_described(*, described: dict[str, Any]) -> dict[str, Any]:
     """Return the Execution fields DescribeExecution's answer sets."""
     aws_status = described.get("status", "")

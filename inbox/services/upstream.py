@@ -8,11 +8,13 @@ still open when its execution ended can no longer be answered: it is cancelled, 
 history event, and every page showing it hears so (inbox.live).
 
 AWS delivers these events at least once and in no order, and may lose one: handling one
-twice changes nothing (a cancelled task is closed), and the clock's DescribeExecution
+twice changes nothing (a cancelled task is closed, a final status is never rewritten in
+the execution's row, ``execution_record``), and the clock's DescribeExecution
 backstop (``inbox.services.clock.executions_check``) finds what an event missed. The
 events carry the execution's input and output: nothing of a body is ever logged.
 """
 
+import datetime
 import json
 import logging
 from typing import Any
@@ -22,6 +24,7 @@ from django.conf import settings
 from inbox.services.clock import execution_tasks_cancel
 from inbox.services.intake import messages_done_delete
 from processes import aws
+from processes.services import execution_described_record
 
 logger = logging.getLogger(__name__)
 
@@ -93,5 +96,21 @@ def _status_message(message: dict) -> str:
                        message.get("MessageId", ""))
         return "ignored"
     execution_arn, status = named
+    execution_record(detail=body["detail"])
     return "cancelled" if execution_ended(execution_arn=execution_arn, status=status) \
         else "no_open_task"
+
+
+def execution_record(*, detail: dict) -> bool:
+    """Record an ended execution's status event in its row, if the inbox started it.
+
+    The executions list (inbox.executions) then shows the end within a poll of the status
+    queue instead of at the reconciler's next round. Return whether a row changed.
+    """
+    stop = detail.get("stopDate")  # epoch milliseconds in the event, unlike DescribeExecution
+    return execution_described_record(execution_arn=detail["executionArn"], described={
+        "status": detail["status"], "output": detail.get("output"),
+        "error": detail.get("error") or "", "cause": detail.get("cause") or "",
+        "stopDate": (datetime.datetime.fromtimestamp(stop / 1000, tz=datetime.UTC)
+                     if isinstance(stop, (int, float)) and not isinstance(stop, bool)
+                     else None)})

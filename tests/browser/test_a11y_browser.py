@@ -17,7 +17,8 @@ def pages_of(day) -> dict[str, list[str]]:
     held = day["held"].pk
     return {
         LONG_EMAIL: ["/", f"/tasks/{held}/", f"/tasks/{held}/reject/", "/team/tokens/"],
-        "sam@example.com": ["/supervisor/", "/supervisor/?overdue=1", f"/tasks/{held}/"],
+        "sam@example.com": ["/supervisor/", "/supervisor/?overdue=1", f"/tasks/{held}/",
+                            "/supervisor/executions/", "/supervisor/executions/?status=DONE"],
         "root@example.com": ["/team/skills/", "/team/tokens/",
                              "/team/audit/", "/team/intake/", "/team/processes/"],
     }

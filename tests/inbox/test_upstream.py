@@ -159,3 +159,31 @@ def test_the_stop_command_stops_an_execution_and_says_so(emulator, capsys):
     with pytest.raises(CommandError, match=r"Not stopped: .*ExecutionDoesNotExist"):
         call_command("execution_stop",
                      "arn:aws:states:us-east-1:123456789012:execution:nothing:here")
+
+
+@pytest.mark.emulator
+def test_a_status_event_records_the_end_in_the_execution_s_row(status_queue, review_skill):
+    """The executions list shows the end without waiting for the reconciler."""
+    import datetime
+
+    from processes.models import Execution, ExecutionStatus
+    from tests.inbox.test_executions import make_execution, make_version
+
+    execution = make_execution(make_version(), "INV-61")
+    event = _event(execution.execution_arn, "FAILED")
+    event["detail"].update(error="States.TaskFailed", cause="a step failed")
+    aws.message_send(url=status_queue["queue_url"], body=json.dumps(event))
+
+    counts = status_poll(wait_seconds=1, budget_seconds=3)
+
+    assert counts["no_open_task"] == 1
+    execution.refresh_from_db()
+    assert (execution.status, execution.error, execution.cause) == (
+        ExecutionStatus.FAILED, "States.TaskFailed", "a step failed")
+    assert execution.finished_at == datetime.datetime.fromtimestamp(1764583260,
+                                                                    tz=datetime.UTC)
+    # A late or repeated event of another status changes nothing.
+    Execution.objects.filter(pk=execution.pk).update(status=ExecutionStatus.SUCCEEDED)
+    aws.message_send(url=status_queue["queue_url"], body=json.dumps(event))
+    status_poll(wait_seconds=1, budget_seconds=3)
+    assert Execution.objects.get(pk=execution.pk).status == ExecutionStatus.SUCCEEDED

@@ -748,59 +748,96 @@ function inboxFetchPage(gone) {
   document.addEventListener("inbox:swapped", start);
 })();
 
-// The execution's timeline on a supervisor's task page. While the [data-timeline] section
-// is marked data-timeline-pending (a Celery worker is reading Step Functions' history), fetch
-// its data-timeline-url every 2 s, for at most 30 s, and put the fresh section in its place.
+// The execution's timeline (a supervisor's task page, an execution's page). While the
+// [data-timeline] section is marked data-timeline-pending (a Celery worker is reading Step
+// Functions' history), fetch its data-timeline-url every 2 s, for at most 30 s. While it is
+// marked data-timeline-follow (the last read found the execution running), fetch it every
+// data-timeline-every seconds, skipping rounds while the tab is hidden, and stop when a
+// fresh copy is no longer marked (the execution ended) or after data-timeline-follow-max
+// seconds. Each fresh section is put in place of the old one.
 (function () {
   "use strict";
 
-  var EVERY_MS = 2000, GIVE_UP_MS = 30000;
+  var PENDING_MS = 2000, GIVE_UP_MS = 30000;
+  var timer = null;
 
-  function pending() {
-    return document.querySelector("[data-timeline][data-timeline-pending]");
+  function section() {
+    return document.querySelector("[data-timeline]");
   }
 
-  function giveUp(section) {
-    var status = section.querySelector("[data-timeline-status]");
-    if (status) {
-      status.textContent = "The timeline is still being fetched: reload the page to see it.";
-    }
-    section.removeAttribute("aria-busy");
+  function say(current, selector, text) {
+    var status = current.querySelector(selector);
+    if (status) status.textContent = text;
   }
 
-  function poll(started) {
-    var section = pending();
-    if (!section) return;
-    if (Date.now() - started > GIVE_UP_MS) {
-      giveUp(section);
+  function giveUp(current) {
+    say(current, "[data-timeline-status]",
+        "The timeline is still being fetched: reload the page to see it.");
+    current.removeAttribute("aria-busy");
+  }
+
+  function fetchFresh(current, then) {
+    window.fetch(current.getAttribute("data-timeline-url"),
+                 {credentials: "same-origin", headers: {"Accept": "text/html"}})
+      .then(function (response) {
+        // Signed out (a redirect to sign in) or refused: keep what is shown.
+        if (!response.ok || response.redirected) return null;
+        return response.text();
+      })
+      .then(function (html) {
+        if (html) {
+          var fresh = new DOMParser().parseFromString(html, "text/html")
+            .querySelector("[data-timeline]");
+          var now = section();
+          if (fresh && now) {
+            now.replaceWith(fresh);
+            document.dispatchEvent(new CustomEvent("inbox:refreshed"));
+          }
+        }
+        then();
+      })
+      .catch(function () { then(); });
+  }
+
+  function round(pendingSince, followSince) {
+    timer = null;
+    var current = section();
+    if (!current) return;
+    var now = Date.now();
+    if (current.hasAttribute("data-timeline-pending")) {
+      if (pendingSince === null) pendingSince = now;
+      if (now - pendingSince > GIVE_UP_MS) {
+        giveUp(current);
+        return;
+      }
+      timer = window.setTimeout(function () {
+        fetchFresh(current, function () { round(pendingSince, followSince); });
+      }, PENDING_MS);
       return;
     }
-    window.setTimeout(function () {
-      window.fetch(section.getAttribute("data-timeline-url"),
-                   {credentials: "same-origin", headers: {"Accept": "text/html"}})
-        .then(function (response) {
-          // Signed out (a redirect to sign in) or refused: keep what is shown.
-          if (!response.ok || response.redirected) return null;
-          return response.text();
-        })
-        .then(function (html) {
-          if (html) {
-            var fresh = new DOMParser().parseFromString(html, "text/html")
-              .querySelector("[data-timeline]");
-            var current = pending();
-            if (fresh && current) {
-              current.replaceWith(fresh);
-              document.dispatchEvent(new CustomEvent("inbox:refreshed"));
-            }
-          }
-          poll(started);
-        })
-        .catch(function () { poll(started); });
-    }, EVERY_MS);
+    if (!current.hasAttribute("data-timeline-follow")) return;  // ended: nothing changes
+    var every = 1000 * (parseInt(current.getAttribute("data-timeline-every"), 10) || 10);
+    var most = 1000 * (parseInt(current.getAttribute("data-timeline-follow-max"), 10) || 1800);
+    if (followSince === null) followSince = now;
+    if (now - followSince > most) {
+      say(current, "[data-timeline-follow-status]",
+          "Stopped following the execution: reload the page to follow it again.");
+      return;
+    }
+    timer = window.setTimeout(function () {
+      if (document.hidden) {
+        round(null, followSince);
+        return;
+      }
+      // A fresh read that is pending again starts its own 30 s of patience.
+      fetchFresh(current, function () { round(null, followSince); });
+    }, every);
   }
 
   function start() {
-    if (pending()) poll(Date.now());
+    if (timer !== null) window.clearTimeout(timer);
+    timer = null;
+    if (section()) round(null, null);
   }
 
   inboxReady(start);
