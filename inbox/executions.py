@@ -171,6 +171,26 @@ def visible_executions(*, user: User) -> QuerySet[Execution]:
     return executions if versions is None else executions.filter(version__in=versions)
 
 
+def managed_task_execution(*, user: User, task: Any) -> int | None:
+    """Return the id of the execution record of a task the user manages, if they may see it.
+
+    Managing the task means being an admin or holding its skill (inbox.selectors), so a
+    version with a human stage of that skill is one supervised_versions lets them see:
+    one read of the record answers, where visible_executions reads every version. Any
+    other version is judged by visible_executions.
+    """
+    row = (Execution.objects.filter(execution_arn=task.execution_arn)
+           .values_list("pk", "process__name", "version__version").first())
+    if row is None:
+        return None
+    pk, name, number = row
+    spec = deployed_spec(process_name=name, process_version=number)
+    if spec and any(isinstance(stage, HumanStage) and stage.skill == task.skill.slug
+                    for stage in spec.stages):
+        return pk
+    return visible_executions(user=user).filter(pk=pk).values_list("pk", flat=True).first()
+
+
 def visible_process_names(*, user: User) -> list[str]:
     """Return the names of the processes the user sees executions of, sorted."""
     versions = supervised_versions(user=user)

@@ -21,7 +21,7 @@ from accounts.models import User
 from config.errors import Conflict, InboxError, NotFound
 from inbox import board, timeline
 from inbox.eligibility import task_eligibility
-from inbox.executions import visible_executions
+from inbox.executions import managed_task_execution
 from inbox.lifecycle import SUPERVISOR_REASON
 from inbox.live import live_url
 from inbox.models import OPEN_STATES, Task, TaskState
@@ -149,8 +149,7 @@ def task_timeline(request: HttpRequest, task_id: UUID) -> HttpResponse:
 
 def _timeline(task: Task, user: User) -> dict[str, Any]:
     # The execution's own page, when the inbox started it and the user may see it.
-    execution = (visible_executions(user=user).filter(execution_arn=task.execution_arn)
-                 .values_list("pk", flat=True).first())
+    execution = managed_task_execution(user=user, task=task)
     return {**timeline.timeline_for_page(execution_arn=task.execution_arn),
             "url": reverse("inbox:task-timeline", args=[task.pk]),
             "execution_url": reverse("inbox:execution", args=[execution]) if execution else ""}
