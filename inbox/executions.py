@@ -158,10 +158,15 @@ def supervised_versions(*, user: User) -> QuerySet[ProcessVersion] | None:
     for pk, name, number in ProcessVersion.objects.values_list("pk", "process__name",
                                                                "version"):
         spec = deployed_spec(process_name=name, process_version=number)
-        if spec and any(isinstance(stage, HumanStage) and stage.skill in held
-                        for stage in spec.stages):
+        if spec and _asks_for(spec, held):
             ids.append(pk)
     return ProcessVersion.objects.filter(pk__in=ids)
+
+
+def _asks_for(spec: Any, skills: set[str]) -> bool:
+    """Return whether the spec has a human stage of one of the skills."""
+    return any(isinstance(stage, HumanStage) and stage.skill in skills
+               for stage in spec.stages)
 
 
 def visible_executions(*, user: User) -> QuerySet[Execution]:
@@ -185,8 +190,7 @@ def managed_task_execution(*, user: User, task: Any) -> int | None:
         return None
     pk, name, number = row
     spec = deployed_spec(process_name=name, process_version=number)
-    if spec and any(isinstance(stage, HumanStage) and stage.skill == task.skill.slug
-                    for stage in spec.stages):
+    if spec and _asks_for(spec, {task.skill.slug}):
         return pk
     return visible_executions(user=user).filter(pk=pk).values_list("pk", flat=True).first()
 
