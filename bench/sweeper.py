@@ -164,7 +164,7 @@ def seed(*, size: int, due: int, skills: int) -> None:
     with connection.cursor() as cursor:
         cursor.execute("DROP TABLE IF EXISTS bench_due")
         cursor.execute("TRUNCATE inbox_signaloutbox, inbox_taskevent, inbox_outbox, "
-                       "inbox_taskpass, inbox_task")
+                       "inbox_taskpass, inbox_taskmigration, inbox_task")
         cursor.execute("CREATE TABLE bench_due (task_id uuid PRIMARY KEY, "
                        "due_at timestamptz NOT NULL, phase text NOT NULL)")
     if not Skill.objects.exists():

@@ -17,6 +17,13 @@ class NotFound(InboxError):
     code = "not_found"
 
 
+class Forbidden(InboxError):
+    """The actor's role does not allow the operation."""
+
+    status = 403
+    code = "forbidden"
+
+
 class Conflict(InboxError):
     status = 409
     code = "conflict"

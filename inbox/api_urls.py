@@ -1,6 +1,6 @@
 from django.urls import path
 
-from inbox import api, api_supervisor
+from inbox import api, api_migrations, api_supervisor
 
 urlpatterns = [
     path("queues/", api.QueueListApi.as_view(), name="api-queues"),
@@ -29,4 +29,6 @@ urlpatterns += [
          name="api-extend"),
     path("supervisor/tasks/<uuid:task_id>/abort/", api_supervisor.AbortApi.as_view(),
          name="api-abort"),
+    path("processes/<slug:name>/migrations/", api_migrations.MigrationsApi.as_view(),
+         name="api-migrations"),
 ]

@@ -32,6 +32,7 @@ class Effect(StrEnum):
     NOTIFY_OFFERED = "notify_offered"  # mail the worker an offer was made to
     NOTIFY_ESCALATED = "notify_escalated"  # mail the supervisors of the task's skill
     SIGNAL = "signal"  # relay the change signal to the EventBridge bus (when one is set)
+    MIGRATED = "migrated"  # stop the execution a migrated task moved away from
 
 
 # The Celery task each effect enqueues, by name (they live in inbox/tasks.py).
@@ -41,6 +42,7 @@ TASK_NAMES = {
     Effect.NOTIFY_OFFERED: "inbox.tasks.notify_task",
     Effect.NOTIFY_ESCALATED: "inbox.tasks.notify_task",
     Effect.SIGNAL: "inbox.tasks.signals_relay_task",
+    Effect.MIGRATED: "inbox.tasks.migrations_finish_task",
 }
 
 
@@ -101,6 +103,21 @@ def callback_after_commit(*, outbox_id: int) -> None:
     _on_commit(TASK_NAMES[Effect.CALLBACK], (outbox_id,))
 
 
+# Begins a requested migration in the worker (inbox.services.migration.migration_begin).
+MIGRATION_BEGIN_TASK = "inbox.tasks.migration_begin_task"
+
+
+def migration_begin_after_commit(*, migration_id: int) -> None:
+    """Begin a requested migration in the worker once the open transaction commits."""
+    _on_commit(MIGRATION_BEGIN_TASK, (migration_id,))
+
+
+def migration_stop_after_commit(*, task_id: str) -> None:
+    """Stop what a task's migration left behind (inbox.services.migration.migrations_finish)
+    once the open transaction commits: the row saying what to stop must be there."""
+    _on_commit(TASK_NAMES[Effect.MIGRATED], (task_id,))
+
+
 def _on_commit(name: str, arguments: tuple[Any, ...], *, countdown: float = 0) -> None:
     # After commit: a rolled-back change must never reach Step Functions, a worker or a
     # mailbox, and the Celery task must find the committed row. Robust: see the module's
@@ -127,6 +144,8 @@ def _arguments(*, task: Task, effect: Effect, outbox_id: int | None) -> tuple[An
         return ("offered", str(task.pk))
     if effect == Effect.NOTIFY_ESCALATED:
         return ("escalated", str(task.pk))
+    if effect == Effect.MIGRATED:
+        return (str(task.pk),)
     return ()  # Effect.SIGNAL: the relay sends whatever is due
 
 

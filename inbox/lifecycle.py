@@ -142,6 +142,9 @@ class Transition:
     # (the "undo" row) until then.
     undoable: bool = False
     effects: tuple[Effect, ...] = field(default=())
+    # Columns the change writes besides CHANGEABLE's (compared only for the rows that
+    # name them: a task read without them, deferred, costs no read).
+    writes: tuple[str, ...] = ()
 
     def target_from(self, state: str) -> str:
         if self.target is None:
@@ -343,6 +346,19 @@ def _delivered(task: Task, step: Step) -> dict[str, Any]:
     return {"callback": step.params["kind"]}
 
 
+def _migrated(task: Task, step: Step) -> dict[str, Any]:
+    """It answers the newer version's execution: new token, execution and version.
+
+    Its state, holder and clocks stay (inbox.services.migration)."""
+    before = {"from_execution": task.execution_arn, "from_version": task.process_version}
+    task.token_ciphertext = step.params["token_ciphertext"]
+    task.token_digest = step.params["token_digest"]
+    task.execution_arn = step.params["execution_arn"]
+    task.process_version = step.params["process_version"]
+    return {**before, "to_execution": task.execution_arn, "to_version": task.process_version,
+            "migration": step.params["migration"]}
+
+
 def _noted(task: Task, step: Step) -> dict[str, Any]:
     """Nothing changes: the history says the callback is dead."""
     return {}
@@ -432,6 +448,12 @@ TRANSITIONS: dict[str, Transition] = {row.action: row for row in [
       for clock in ("offer", "work", "overall")),
     Transition("abort", OPEN, TaskState.ABORTING, _aborted, needs_reason=SUPERVISOR_REASON,
                callback=_timeout),
+    # An admin moved the execution to a newer version at the same stage: the new
+    # execution's envelope arrived (inbox.services.migration); the old one is stopped.
+    Transition("migrate", OPEN, None, _migrated, system="migration",
+               needs_reason="Say why: a migration is recorded with its reason.",
+               effects=(Effect.MIGRATED,),
+               writes=("token_ciphertext", "token_digest", "execution_arn", "process_version")),
     # What Step Functions made of the decision, and executions that ended upstream.
     Transition("delivered", tuple(SENDING_STATES), {
         TaskState.COMPLETING: TaskState.COMPLETED, TaskState.REJECTING: TaskState.REJECTED,
@@ -609,7 +631,8 @@ def _change(row: Transition, *, task: Task, step: Step, system: str) -> _Applied
             next_attempt_at=step.now + datetime.timedelta(seconds=wait),
         )
     return _Applied(task=task, from_state=from_state, data=data,
-                    fields=_changed(task, before), event=event, outbox=outbox, wait=wait)
+                    fields=_changed(task, before) + list(row.writes), event=event,
+                    outbox=outbox, wait=wait)
 
 
 def _after_commit(row: Transition, applied: _Applied, *, now: datetime.datetime) -> None:

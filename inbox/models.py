@@ -352,3 +352,58 @@ class SignalOutbox(models.Model):
 
     def __str__(self) -> str:
         return f"signal {self.task_id} v{self.version} ({'sent' if self.sent_at else 'pending'})"
+
+
+class MigrationStatus(models.TextChoices):
+    # Asked for; the new execution's ARN is known (its name is the old one's) and is being
+    # started, or starting failed (last_error) and the next run of the command retries.
+    STARTING = "starting", "Starting"
+    # The new execution runs; the intake moves the task when its envelope arrives.
+    STARTED = "started", "Started"
+    # The task holds the new token; the old execution is being stopped.
+    MOVED = "moved", "Moved"
+    # The old execution is stopped: done.
+    DONE = "done", "Done"
+    # The task was answered (or closed) on the old execution first; the new one is stopped.
+    SUPERSEDED = "superseded", "Superseded"
+    # Could not begin: the old execution no longer waited for the task's token, or its
+    # state could not be carried (last_error says which). Nothing was started.
+    REFUSED = "refused", "Refused"
+
+
+class TaskMigration(models.Model):
+    """One task's execution moved to a newer process version at the same human stage.
+
+    inbox.services.migration writes it; the intake matches a new execution's envelope to
+    it (by to_execution_arn), and a redelivered envelope of the old wait (by
+    from_token_digest, the old token's keyed digest) is known for a duplicate by it.
+    """
+
+    task = models.ForeignKey(Task, on_delete=models.PROTECT, related_name="migrations")
+    stage = models.CharField(max_length=80)
+    from_version = models.PositiveIntegerField()
+    to_version = models.PositiveIntegerField()
+    from_execution_arn = models.CharField(max_length=2048)
+    to_execution_arn = models.CharField(max_length=2048, db_index=True)
+    from_token_digest = models.CharField(max_length=64, db_index=True, editable=False)
+    status = models.CharField(max_length=16, choices=MigrationStatus.choices,
+                              default=MigrationStatus.STARTING)
+    requested_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True,
+                                     on_delete=models.PROTECT, related_name="+")
+    requested_at = models.DateTimeField(auto_now_add=True)
+    reason = models.TextField(help_text="Why, as the admin said it; the task's event keeps it.")
+    moved_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    attempts = models.PositiveIntegerField(default=0)
+    last_error = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["-requested_at", "-id"]
+        constraints = [
+            # One migration of one wait to one version: asking again finds it.
+            models.UniqueConstraint(fields=["from_token_digest", "to_version"],
+                                    name="migration_once_per_wait_and_version"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.task_id} v{self.from_version}→v{self.to_version} ({self.status})"

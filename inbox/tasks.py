@@ -10,10 +10,12 @@ import logging
 
 from celery import shared_task
 
+from config.errors import ExternalServiceError
 from inbox.notifications import notify
 from inbox.services.callback import callback_send, callbacks_send, outbox_drain
 from inbox.services.dispatcher import dispatch_pending, task_dispatch, tasks_dispatch
 from inbox.services.intake import intake_poll_once
+from inbox.services.migration import migration_begin, migrations_finish
 from inbox.services.orphans import orphans_check_once
 from inbox.services.signals import signals_relay
 from inbox.timeline import timeline_refresh, timeline_request_done
@@ -117,3 +119,28 @@ def execution_timeline_task(execution_arn: str) -> str:
 def orphans_check_task() -> dict[str, int] | None:
     """Look for executions waiting with no task and take their envelopes in (beat, 60 s)."""
     return orphans_check_once()
+
+
+# Migrations ------------------------------------------------------------------------------
+
+
+@shared_task(ignore_result=True, autoretry_for=(ExternalServiceError,), retry_backoff=True,
+             retry_jitter=True, max_retries=8)
+def migration_begin_task(migration_id: int) -> str:
+    """Start a requested migration's new execution (enqueued by the request's commit).
+
+    Retried with backoff while Step Functions fails; asking for the migration again
+    begins a row still starting again.
+    """
+    return migration_begin(migration_id=migration_id)
+
+
+@shared_task(ignore_result=True, autoretry_for=(ExternalServiceError,), retry_backoff=True,
+             retry_jitter=True, max_retries=8)
+def migrations_finish_task(task_id: str) -> int:
+    """Stop the executions a task's migrations left behind (enqueued by the move).
+
+    Retried with backoff while Step Functions fails; after that the orphan check and the
+    next process_migrate run ask again (the migration keeps its last error).
+    """
+    return migrations_finish(task_id=task_id)

@@ -32,6 +32,7 @@ from inbox.models import ExecutionTimeline
 from inbox.redaction import redact
 from inbox.templatetags.inbox_pages import span_text
 from processes import aws
+from processes.resume import is_resume_state
 from processes.services import execution_described_record
 from processes.shown import is_show_state
 
@@ -75,7 +76,8 @@ def timeline_reduce(*, events: list[dict], status: str,
 
     events are GetExecutionHistory events in any order; only their type, timestamp and
     the state's name are read. The states a compiled human stage copies its shown fields
-    with (processes.shown) are left out: the stage itself follows them. A state still
+    with (processes.shown) and the router of a start (processes.resume) are left out: the
+    stage itself follows them. A state still
     open when the execution ended (status not RUNNING) takes the execution's outcome.
     Failure events apply to the state entered last and still open, which is exact for a
     sequence of states and an approximation inside Parallel branches.
@@ -91,8 +93,10 @@ def timeline_reduce(*, events: list[dict], status: str,
     for event in sorted(events, key=lambda e: e["id"]):
         kind, at = event["type"], _iso(event["timestamp"])
         if kind.endswith(_ENTERED):
-            if is_show_state(str(event["stateEnteredEventDetails"]["name"])):
-                # The compiler's copies of a human stage's shown fields: not a stage.
+            name = str(event["stateEnteredEventDetails"]["name"])
+            if is_show_state(name) or is_resume_state(name):
+                # The compiler's copies of a human stage's shown fields, and its router of
+                # a start (processes/resume.py): not stages.
                 continue
             stages.append({"name": str(event["stateEnteredEventDetails"]["name"]),
                            "type": kind.removesuffix(_ENTERED), "entered_at": at,

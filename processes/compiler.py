@@ -7,7 +7,9 @@ queue (so the inbox notifies admins) and ends the execution. A human stage becom
 whose input holds only the fields the stage shows: a chain of states before it copies
 each one that is present (processes/shown.py). An automation stage's Payload carries an
 idempotency key. The state machine's TimeoutSeconds is its ceiling
-(processes/ceiling.py). ``asl_check`` verifies the same rules on any ASL, compiled or not.
+(processes/ceiling.py). A state machine with human stages starts at a router that lets a
+migrated execution resume at one of them (processes/resume.py). ``asl_check`` verifies the
+same rules on any ASL, compiled or not.
 """
 
 import copy
@@ -33,6 +35,7 @@ from processes.contract import (
     TIMED_OUT_ERROR,
     is_data_reference,
 )
+from processes.resume import ROUTER_STATE, resume_states
 from processes.shown import result_path, show_state_names, show_states, shown_input_path
 from processes.spec import (
     IDEMPOTENCY_KEY,
@@ -109,11 +112,16 @@ def compile_spec(spec: ProcessSpec, *, target: Target,
             states.update(show_states(stage))
         states[stage.id] = compiler.state(stage, following)
     states.update(compiler.generated_states())
+    first = compiler.entry(spec.stages[0].id)
+    humans = [stage.id for stage in spec.stages if isinstance(stage, HumanStage)]
+    if humans:
+        # Startable at each human stage: an explicit migration (processes/resume.py).
+        states.update(resume_states(humans, first=first, entry=compiler.entry))
     asl = {
         # Nothing of where the spec was read from: the same spec compiles the same anywhere.
         "Comment": f"{spec.name} v{spec.version}, compiled by the inbox from its spec; "
         "edit the spec, not this.",
-        "StartAt": compiler.entry(spec.stages[0].id),
+        "StartAt": ROUTER_STATE if humans else first,
         # The ceiling on a whole execution (processes/ceiling.py).
         "TimeoutSeconds": timeout,
         "States": states,

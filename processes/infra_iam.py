@@ -131,6 +131,9 @@ def runtime_policies(*, config: Any, machines: set[str]) -> dict[str, dict[str, 
         _statement("ExecutionsRead", ["states:DescribeExecution",
                                       "states:GetExecutionHistory"], execution_arns),
         _statement("ExecutionsListForOrphanCheck", ["states:ListExecutions"], machine_arns),
+        # Migration (inbox.services.migration): start the newer version at the stage, stop
+        # the execution left behind.
+        _statement("ExecutionsStartForMigration", ["states:StartExecution"], machine_arns),
         _statement("ExecutionsStopForMigration", ["states:StopExecution"], execution_arns),
     ]
     if config.signals_bus:

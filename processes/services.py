@@ -21,6 +21,7 @@ from config.errors import Conflict, ExternalServiceError, InboxError
 from processes import aws
 from processes.compiler import Target, compile_spec, state_machine_name
 from processes.models import Execution, ExecutionStatus, Process, ProcessVersion
+from processes.resume import RESUME_KEY
 from processes.selectors import (
     execution_find,
     process_get,
@@ -357,6 +358,10 @@ def _input_canonical(*, input: Any) -> dict[str, Any]:
     """
     if not isinstance(input, dict):
         raise InboxError(f"The input must be a JSON object, not {type(input).__name__}.")
+    if RESUME_KEY in input:
+        # The router would take it for a migration's resume (processes/resume.py).
+        raise InboxError(f"The input's key {RESUME_KEY!r} is reserved for migrations; "
+                         "rename it.")
     try:
         return json.loads(json.dumps(input, sort_keys=True, allow_nan=False))
     except (TypeError, ValueError) as exc:

@@ -36,6 +36,7 @@ from inbox.models import IntakeError, Task
 from inbox.process_failures import process_failure_record
 from inbox.redaction import REDACTED, redact
 from inbox.services.clock import heartbeat_interval
+from inbox.services.migration import envelopes_migrated
 from inbox.tokens import token_digest, token_encrypt
 from processes import aws
 from processes.contract import HUMAN_TASK, PROCESS_FAILURE
@@ -66,10 +67,15 @@ class Outcome(StrEnum):
     INVALID = "invalid"
     # An unexpected exception; recorded as an IntakeError, the message is left for redrive.
     ERROR = "error"
+    # A migrated execution's envelope: its task moved to it (inbox.services.migration).
+    MIGRATED = "migrated"
+    # A migrated execution's envelope whose task was closed first: that execution stops.
+    SUPERSEDED = "superseded"
 
 
 # Outcomes whose message is done with: it is deleted from the queue after commit.
-_DONE = frozenset({Outcome.CREATED, Outcome.DUPLICATE, Outcome.RECORDED})
+_DONE = frozenset({Outcome.CREATED, Outcome.DUPLICATE, Outcome.RECORDED, Outcome.MIGRATED,
+                   Outcome.SUPERSEDED})
 
 
 # One message ----------------------------------------------------------------------------
@@ -86,7 +92,9 @@ def intake_message(*, message: dict) -> str:
     lookups = _Lookups([] if problems else [envelope])
     outcome = _checked(message=message, envelope=envelope, problems=problems, lookups=lookups)
     if outcome is None:
-        outcome = _task_create(envelope=envelope, skill=lookups.skills[envelope["skill"]])
+        moved = envelopes_migrated([(0, envelope)])
+        outcome = Outcome(moved[0]) if moved else _task_create(
+            envelope=envelope, skill=lookups.skills[envelope["skill"]])
     if outcome != Outcome.INVALID:
         _refusals_clear([message])
     return outcome
@@ -308,8 +316,27 @@ def intake_messages(*, messages: list[dict]) -> list[Outcome]:
         else:
             outcomes[index] = outcome
     if pending:
+        pending = _migrations_take(messages=messages, pending=pending, outcomes=outcomes)
+    if pending:
         outcomes.update(_tasks_create(messages=messages, pending=pending, lookups=lookups))
     return [outcomes[index] for index in range(len(messages))]
+
+
+def _migrations_take(*, messages: list[dict], pending: list[tuple[int, dict[str, Any]]],
+                     outcomes: dict[int, Outcome]) -> list[tuple[int, dict[str, Any]]]:
+    """Hand the envelopes migrations wait for (or made stale) to inbox.services.migration;
+    return the others. One query for the receive; a failure fails those messages only."""
+    try:
+        moved = envelopes_migrated(pending)
+    except Exception as exc:
+        for index, _ in pending:
+            _unexpected_record(message=messages[index], exc=exc)
+            outcomes[index] = Outcome.ERROR
+        return []
+    for index, outcome in moved.items():
+        outcomes[index] = Outcome(outcome)
+    _refusals_clear([messages[index] for index in moved])
+    return [(index, envelope) for index, envelope in pending if index not in moved]
 
 
 def _tasks_create(*, messages: list[dict], pending: list[tuple[int, dict[str, Any]]],

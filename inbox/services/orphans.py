@@ -7,7 +7,8 @@ inbox knows of it. ``orphans_check`` (Celery beat, every INBOX_ORPHANS_CHECK_EVE
 walks the RUNNING executions of every deployed state machine (ListExecutions, page by page)
 and reads each one's history (GetExecutionHistory): a TaskScheduled event of
 ``sqs:sendMessage.waitForTaskToken`` that no TaskSucceeded, TaskFailed or TaskTimedOut
-closed is a wait, and a wait whose token has no task at all in the inbox is an orphan. Its
+closed is a wait (inbox.waits), and a wait whose token has no task at all in the inbox, and
+whose task did not move to a newer version (a migration), is an orphan. Its
 TaskScheduled parameters hold the SQS message body Step Functions sent, with the token it
 injected: the body goes through the normal intake (``inbox.services.intake.intake_messages``,
 as an SQS message would), so validation, the token digest's idempotency, the task's first
@@ -27,22 +28,21 @@ the checked marks a digest of the execution's ARN).
 
 import datetime
 import hashlib
-import json
 import logging
 import uuid
-from dataclasses import dataclass
-from typing import Any
 
 from django.conf import settings
 from django.core.cache import cache
 from django.utils import timezone
 
 from config.errors import ExternalServiceError
+from inbox import effects
 from inbox.metrics import orphan_recovered_count
-from inbox.models import IntakeError, Task
+from inbox.models import IntakeError, MigrationStatus, Task, TaskMigration
 from inbox.ratelimit import rate_take
 from inbox.services.intake import Outcome, intake_messages
 from inbox.tokens import token_digest
+from inbox.waits import HISTORY_EVENTS, Wait, wait_body, waits_open
 from processes import aws
 from processes.envelope import envelope_read
 from processes.models import ProcessVersion
@@ -58,88 +58,8 @@ CURSOR_KEY = "inbox:orphans:cursor"
 # The cursor outlives a quiet day; AWS keeps a ListExecutions token valid for 24 hours.
 CURSOR_SECONDS = 24 * 3600
 CHECKED_KEY = "inbox:orphans:checked:{arn}"
-# The newest events of an execution read per check (one GetExecutionHistory page): a
-# stage waiting for its token is among the last events of its branch.
-HISTORY_EVENTS = 1000
 # Executions per ListExecutions call (its maximum): one call lists a thousand.
 PAGE_SIZE = 1000
-
-_HUMAN_RESOURCE = ("sqs", "sendMessage.waitForTaskToken")
-# What ends a scheduled task; TaskStarted and TaskSubmitted only lead to one of these.
-_TASK_ENDS = frozenset({"TaskSucceeded", "TaskFailed", "TaskTimedOut", "TaskStartFailed",
-                        "TaskSubmitFailed"})
-_TASK_STEPS = frozenset({"TaskStarted", "TaskSubmitted"})
-
-
-@dataclass(frozen=True)
-class Wait:
-    """A human stage's TaskScheduled event that nothing closed yet."""
-
-    event_id: int
-    scheduled_at: datetime.datetime | None
-    parameters: str
-
-
-def waits_open(events: list[dict[str, Any]]) -> list[Wait]:
-    """Return the human stages an execution's history shows waiting, oldest first.
-
-    events: the history in any order. Each end event (TaskSucceeded...) closes the
-    TaskScheduled its chain of previousEventId leads back to through TaskStarted and
-    TaskSubmitted, so the waits of parallel branches or Map iterations are told apart; an
-    end whose chain leads nowhere known closes the latest task scheduled before it.
-    """
-    ordered = sorted(events, key=lambda event: event["id"])
-    by_id = {event["id"]: event for event in ordered}
-    scheduled = [event for event in ordered if event["type"] == "TaskScheduled"]
-    closed: set[int] = set()
-    for end in ordered:
-        if end["type"] not in _TASK_ENDS:
-            continue
-        step = by_id.get(end.get("previousEventId"))
-        while step is not None and step["type"] in _TASK_STEPS:
-            step = by_id.get(step.get("previousEventId"))
-        if step is not None and step["type"] == "TaskScheduled":
-            closed.add(step["id"])
-            continue
-        before = [event["id"] for event in scheduled
-                  if event["id"] < end["id"] and event["id"] not in closed]
-        if before:
-            closed.add(before[-1])
-    waits = []
-    for event in scheduled:
-        details = event.get("taskScheduledEventDetails") or {}
-        if (details.get("resourceType"), details.get("resource")) != _HUMAN_RESOURCE:
-            continue
-        if event["id"] in closed:
-            continue
-        waits.append(Wait(event_id=event["id"], scheduled_at=_moment(event.get("timestamp")),
-                          parameters=details.get("parameters") or ""))
-    return waits
-
-
-def _moment(value: Any) -> datetime.datetime | None:
-    if isinstance(value, datetime.datetime):
-        return value if timezone.is_aware(value) else value.replace(tzinfo=datetime.UTC)
-    return None
-
-
-def wait_body(wait: Wait) -> str | None:
-    """Return the SQS message body a wait's TaskScheduled parameters hold, or None.
-
-    Step Functions records the resolved Parameters as JSON text; their MessageBody is the
-    envelope as an object (a compiled stage), or as text (a hand-written one that built the
-    string itself).
-    """
-    try:
-        parameters = json.loads(wait.parameters)
-    except ValueError:
-        return None
-    body = parameters.get("MessageBody") if isinstance(parameters, dict) else None
-    if isinstance(body, str):
-        return body
-    if isinstance(body, dict):
-        return json.dumps(body)
-    return None
 
 
 # One execution ---------------------------------------------------------------------------
@@ -150,13 +70,15 @@ def execution_orphans_recover(*, execution_arn: str, now: datetime.datetime | No
     """Read one execution's history and take in each of its orphaned waits; return counts.
 
     Counts: "recovered" (a task now exists), "has_task" (a task exists for the token),
-    "recent" (younger than the grace period), "invalid" (the intake refused the envelope,
+    "recent" (younger than the grace period), "migrated" (its task moved to a newer
+    version: the execution's stop is asked for again), "invalid" (the intake refused the envelope,
     or failed on it: recorded as an IntakeError either way), "unreadable" (the history
     shows no envelope with a token). One
     GetExecutionHistory call (HISTORY_EVENTS newest events).
     """
     now = now or timezone.now()
-    counts = dict.fromkeys(("recovered", "has_task", "recent", "invalid", "unreadable"), 0)
+    counts = dict.fromkeys(("recovered", "has_task", "recent", "invalid", "unreadable",
+                            "migrated"), 0)
     events = aws.execution_history(execution_arn=execution_arn, max_events=HISTORY_EVENTS,
                                    newest_first=True)
     grace = datetime.timedelta(seconds=settings.INBOX_ORPHANS_GRACE_SECONDS)
@@ -174,8 +96,18 @@ def execution_orphans_recover(*, execution_arn: str, now: datetime.datetime | No
                            "no readable message body", execution_arn, wait.event_id)
             continue
         # Any task, open or closed: a closed one's answer is on its way, or was given.
-        if Task.objects.filter(token_digest=token_digest(token)).exists():
+        digest = token_digest(token)
+        if Task.objects.filter(token_digest=digest).exists():
             counts["has_task"] += 1
+            continue
+        moved = TaskMigration.objects.filter(
+            from_token_digest=digest, status__in=(MigrationStatus.MOVED, MigrationStatus.DONE),
+        ).values_list("task_id", flat=True).first()
+        if moved is not None:
+            # Its task moved to a newer version (inbox.services.migration) and this
+            # execution was left to be stopped: no orphan; ask for the stop again.
+            counts["migrated"] += 1
+            effects.migration_stop_after_commit(task_id=str(moved))
             continue
         outcome = _intake(execution_arn=execution_arn, wait=wait, body=body)
         if outcome == Outcome.CREATED:
@@ -256,7 +188,8 @@ def orphans_check(*, calls: int | None = None, now: datetime.datetime | None = N
     now = now or timezone.now()
     budget = _Budget(settings.INBOX_ORPHANS_CHECK_CALLS if calls is None else calls)
     counts = dict.fromkeys(("checked", "skipped", "recovered", "has_task", "recent",
-                            "invalid", "unreadable", "failed", "stopped", "calls"), 0)
+                            "invalid", "unreadable", "migrated", "failed", "stopped",
+                            "calls"), 0)
     machines = _machines()
     cursor = cache.get(CURSOR_KEY) or {}
     start = machines.index(cursor["machine"]) if cursor.get("machine") in machines else 0

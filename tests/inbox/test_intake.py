@@ -542,7 +542,8 @@ def test_no_log_record_of_the_intake_holds_a_token(queues, review_skill, make_us
 
     counts = intake_poll(wait_seconds=0)
 
-    assert counts == {"created": 1, "duplicate": 1, "recorded": 1, "invalid": 2, "error": 1}
+    assert counts == {"created": 1, "duplicate": 1, "recorded": 1, "invalid": 2, "error": 1,
+                      "migrated": 0, "superseded": 0}
     assert caplog.records
     for record in caplog.records:
         text = record.getMessage() + (record.exc_text or "")
@@ -602,7 +603,8 @@ def test_a_receive_makes_its_valid_tasks_records_the_invalid_and_skips_duplicate
     counts = intake_poll(wait_seconds=0, max_messages=10)
 
     assert [op for op, _ in calls if op == "receive_message"] == ["receive_message"] * 2
-    assert counts == {"created": 4, "duplicate": 2, "recorded": 0, "invalid": 1, "error": 0}
+    assert counts == {"created": 4, "duplicate": 2, "recorded": 0, "invalid": 1, "error": 0,
+                      "migrated": 0, "superseded": 0}
     assert batches == [4]
     tasks = Task.objects.exclude(token_digest=token_digest(before["taskToken"]))
     assert sorted(t.token_digest for t in tasks) == sorted(

@@ -9,6 +9,7 @@ updating its row (the one place tests do, to reach every state of the table).
 
 import ast
 import datetime
+import uuid
 from pathlib import Path
 
 import pytest
@@ -22,6 +23,7 @@ from inbox.effects import TASK_NAMES
 from inbox.history import events_verify
 from inbox.lifecycle import TRANSITIONS, transition
 from inbox.models import HELD_STATES, Outbox, Task, TaskEvent, TaskState
+from inbox.tokens import token_digest, token_encrypt
 
 ROOT = Path(__file__).resolve().parents[2]
 ACTIONS = [action for action in TRANSITIONS if action != "receive"]
@@ -86,6 +88,11 @@ def _arguments(action: str, people: dict) -> dict:
               "escalate": {"since": timezone.now()}}.get(action, {})
     if action.startswith("extend_"):
         params = {"seconds": 60}
+    if action == "migrate":
+        token = f"moved-{uuid.uuid4()}"  # Each call's own: a token has one task.
+        params = {"token_ciphertext": token_encrypt(token), "token_digest": token_digest(token),
+                  "execution_arn": "arn:aws:states:us-east-1:123456789012:execution:x-v2:e",
+                  "process_version": 2, "migration": 1}
     return {"actor": actor, "reason": "Because the table says so.", **params}
 
 
@@ -220,7 +227,8 @@ def transitions_markdown() -> str:
             target = ", ".join(f"{a} → {b}" for a, b in row.target.items())
         else:
             target = str(row.target)
-        who = ("the holder" if row.holder else "a supervisor" if row.needs_reason
+        who = ("the holder" if row.holder else "an admin" if row.system == "migration"
+               else "a supervisor" if row.needs_reason
                else row.system if row.system != "system" else "the worker")
         change = (row.change.__doc__ or "").strip().splitlines()[0] if row.change.__doc__ \
             else row.change.__name__.strip("_").replace("_", " ")
@@ -272,9 +280,14 @@ def test_a_batch_writes_what_one_transition_at_a_time_writes(
     one, twin, refused = (_task_in(s, make_task=make_task, holder=people["holder"])
                           for s in (state, state, TaskState.CANCELLED))
     arguments = _arguments(action, people)
+    if action == "migrate":
+        # Its event names the execution the task leaves: make it the same for both.
+        Task.objects.filter(pk=twin.pk).update(execution_arn=one.execution_arn)
     with django_capture_on_commit_callbacks(execute=True):
         transition(task_id=one.pk, action=action, **arguments)
     singly, enqueued[:] = list(enqueued), []
+    if action == "migrate":
+        arguments = _arguments(action, people)  # Another token: a token has one task.
     reason = arguments.pop("reason")
     with django_capture_on_commit_callbacks(execute=True), transaction.atomic():
         locked = list(Task.objects.select_for_update().filter(pk__in=[twin.pk, refused.pk])

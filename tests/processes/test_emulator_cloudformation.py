@@ -41,6 +41,12 @@ def _template(*, name: str, result: str) -> str:
     }}})
 
 
+def _machines(sfn) -> list[dict]:
+    """Every state machine, all pages: the session's other tests make hundreds."""
+    return [machine for page in sfn.get_paginator("list_state_machines").paginate()
+            for machine in page["stateMachines"]]
+
+
 def _run(sfn, arn: str) -> dict:
     execution = sfn.start_execution(stateMachineArn=arn, name=unique("run"), input="{}")
     return json.loads(execution_wait(execution_arn=execution["executionArn"])["output"])
@@ -52,8 +58,7 @@ def test_a_stack_made_state_machine_runs_is_updated_and_deleted(emulator):
     stack, name = unique("shim-stack"), unique("shim-machine")
     cfn.create_stack(StackName=stack, TemplateBody=_template(name=name, result="first"))
     assert cfn.describe_stacks(StackName=stack)["Stacks"][0]["StackStatus"] == "CREATE_COMPLETE"
-    arn = next(m["stateMachineArn"] for m in sfn.list_state_machines()["stateMachines"]
-               if m["name"] == name)
+    arn = next(m["stateMachineArn"] for m in _machines(sfn) if m["name"] == name)
     described = sfn.describe_state_machine(stateMachineArn=arn)
     assert described["loggingConfiguration"] == {
         "level": "ERROR", "includeExecutionData": False,
@@ -65,7 +70,7 @@ def test_a_stack_made_state_machine_runs_is_updated_and_deleted(emulator):
     assert _run(sfn, arn) == {"said": "second"}
 
     cfn.delete_stack(StackName=stack)
-    assert name not in [m["name"] for m in sfn.list_state_machines()["stateMachines"]]
+    assert name not in [m["name"] for m in _machines(sfn)]
 
 
 @pytest.fixture

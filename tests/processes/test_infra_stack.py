@@ -133,7 +133,9 @@ def test_the_stack_runs_a_process_whose_task_reaches_the_inbox_and_whose_answer_
     version, _ = process_deploy(text=_spec(name), source="infra test")
     machine_arn = f"arn:aws:states:{settings.AWS_REGION}:{ACCOUNT}:stateMachine:{name}-v1"
     assert version.state_machine_arn == machine_arn
-    listed = [m["stateMachineArn"] for m in sfn.list_state_machines()["stateMachines"]]
+    # Every page: the session's other tests make hundreds of state machines.
+    listed = [m["stateMachineArn"] for page in sfn.get_paginator("list_state_machines")
+              .paginate() for m in page["stateMachines"]]
     assert machine_arn not in listed, "the deploy created what the stack should"
     full = _template()
     updated = _stack_deploy(cfn, stack=stack, body=full, update=True)

@@ -74,7 +74,9 @@ def test_a_version_deployed_before_show_still_sends_the_whole_state():
     """Read as deployed, a stage without show compiles as it did: the whole state."""
     spec = spec_parse(_spec(None), source=SOURCE, deployed=True)
     asl = compile_spec(spec, target=TARGET)
-    assert asl["StartAt"] == "review"
+    # A start enters through the router (processes/resume.py), by its default.
+    assert asl["StartAt"] == "Resume"
+    assert asl["States"]["Resume"]["Default"] == "review"
     assert asl["States"]["review"]["Parameters"]["MessageBody"]["input.$"] == "$"
     assert not [name for name in asl["States"] if name.startswith("review.")]
 
@@ -132,7 +134,9 @@ def test_each_shown_field_is_copied_only_when_present_then_sent_as_the_input():
     asl = compile_spec(spec_parse(_spec("[invoice_id, supplier.name]"), source=SOURCE),
                        target=TARGET)
     states = asl["States"]
-    assert asl["StartAt"] == "review.show"
+    # A start enters through the router (processes/resume.py), by its default.
+    assert asl["StartAt"] == "Resume"
+    assert asl["States"]["Resume"]["Default"] == "review.show"
     assert show_state_names("review", 2) == [
         "review.show", "review.show.1", "review.copy.1", "review.show.2", "review.copy.2"]
     assert states["review.show"] == {
@@ -163,7 +167,9 @@ def test_every_edge_to_a_human_stage_leads_through_its_show_states():
     for stage, shown in (("review", 6), ("approval", 8)):
         # Only the stage's own last check and copy lead to its Task state.
         assert into[stage] == {f"{stage}.show.{shown}", f"{stage}.copy.{shown}"}
-    assert asl["StartAt"] == "review.show"
+    # A start enters through the router (processes/resume.py), by its default.
+    assert asl["StartAt"] == "Resume"
+    assert asl["States"]["Resume"]["Default"] == "review.show"
     assert asl["States"]["route"]["Choices"][1]["Next"] == "approval.show"
 
 
