@@ -71,8 +71,10 @@ class ApiTokenAuthentication(TokenAuthentication):
                                reason="malformed") from None
         digest = hash_token(secret)
         now = timezone.now()
+        # No ORDER BY (the model's ordering is for lists): the key finds one row or a few,
+        # each compared below, and every API request compiles this query.
         candidates = ApiToken.objects.filter(
-            token_key=secret[: CONSTANTS.TOKEN_KEY_LENGTH]).select_related("user")
+            token_key=secret[: CONSTANTS.TOKEN_KEY_LENGTH]).select_related("user").order_by()
         for candidate in candidates:
             if not compare_digest(digest, candidate.digest):
                 continue

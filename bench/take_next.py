@@ -95,6 +95,9 @@ def main() -> None:
     parser.add_argument("--phases", default="raw,service,http,paced")
     parser.add_argument("--profile", type=int, default=0, metavar="N",
                         help="also profile N service calls in one process (cProfile)")
+    parser.add_argument("--profile-http", type=int, default=0, metavar="N",
+                        help="also profile N HTTP takes in one process (Django's test "
+                             "client, no server; cProfile)")
     parser.add_argument("--keep", action="store_true", help="keep the database afterwards")
     parser.add_argument("--quick", action="store_true",
                         help=f"small sizes for a smoke check: {QUICK} (explicit options win)")
@@ -157,6 +160,8 @@ def run(args: argparse.Namespace, phases: list[str]) -> dict[str, dict]:
         print(f"service call: {queries} SQL statements per take (one call, counted)")
     if args.profile:
         profile_service(pools, args.profile)
+    if args.profile_http:
+        profile_http(pools, args.profile_http)
 
     from django.utils import timezone
 
@@ -222,6 +227,48 @@ def profile_service(pools: dict[str, list[list[int]]], calls: int) -> None:
     stats.sort_stats("cumulative").print_stats(25)
     for worker, task in taken:  # Give them back: the phases start from empty workers.
         worker_service.task_release(worker=worker, task_id=task.pk)
+
+
+def profile_http(pools: dict[str, list[list[int]]], calls: int) -> None:
+    """Profile calls HTTP takes in this process (the WSGI handler, every middleware, DRF
+    and the service, without a server or a socket) and print the costliest functions."""
+    import cProfile
+    import pstats
+
+    from django.test import Client
+
+    from accounts.models import User
+    from inbox.services import worker as worker_service
+
+    tokens = [token for pool in pools.get("http", []) for token in pool]
+    if not tokens:
+        print("--profile-http needs the http phase")
+        return
+    client = Client(HTTP_HOST="127.0.0.1")  # The host the HTTP phase sends (ALLOWED_HOSTS).
+    headers = [{"HTTP_AUTHORIZATION": f"Token {token}"} for token in tokens]
+    for extra in headers[:5]:  # Warm: the URL resolver, DRF's settings, the first plans.
+        assert client.post("/api/inbox/tasks/next/", b"{}", content_type="application/json",
+                           **extra).status_code == 200
+    profiler = cProfile.Profile()
+    started, cpu = time.perf_counter(), time.process_time()
+    profiler.enable()
+    for n in range(calls):
+        # Each worker holds up to CAPACITY: spread the takes over the tokens.
+        response = client.post("/api/inbox/tasks/next/", b"{}",
+                               content_type="application/json", **headers[5 + n % (
+                                   len(headers) - 5)])
+        assert response.status_code == 200, response.content[:200]
+    profiler.disable()
+    elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu
+    print(f"\nprofile: {calls} HTTP takes in-process, {elapsed / calls * 1000:.2f} ms each, "
+          f"{cpu / calls * 1000:.2f} ms CPU (under cProfile); costliest by cumulative time:")
+    stats = pstats.Stats(profiler)
+    stats.sort_stats("cumulative").print_stats(40)
+    stats.sort_stats("tottime").print_stats(25)
+    # Give them back: the phases start from empty workers.
+    for user in User.objects.filter(email__startswith="http-"):
+        for task in user.held_tasks.all():
+            worker_service.task_release(worker=user, task_id=task.pk)
 
 
 def run_phase(phase: str, args: argparse.Namespace, pool: list[list[int]],
