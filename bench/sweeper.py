@@ -76,6 +76,8 @@ def main() -> None:
     parser.add_argument("--steady-rate", type=float, default=50.0)
     parser.add_argument("--steady-seconds", type=float, default=30.0)
     parser.add_argument("--skills", type=int, default=10)
+    parser.add_argument("--profile", action="store_true",
+                        help="print a profile (cProfile) of each size's backlog sweep")
     parser.add_argument("--keep", action="store_true", help="keep the database afterwards")
     parser.add_argument("--quick", action="store_true",
                         help=f"small sizes for a smoke check: {QUICK} (explicit options win)")
@@ -125,7 +127,19 @@ def run_size(args: argparse.Namespace, size: int) -> list:
     load = Takers(args.takers, intake=args.intake, callbacks=args.callbacks)
     load.start()
     try:
+        if args.profile:
+            import cProfile
+            import pstats
+
+            profiler = cProfile.Profile()
+            profiler.enable()
         backlog = sweep_until(args, expected=args.due, label="backlog")
+        if args.profile:
+            profiler.disable()
+            print(f"profile of the backlog sweep ({args.due:,} deadlines), by cumulative time:")
+            stats = pstats.Stats(profiler)
+            stats.sort_stats("cumulative").print_stats(35)
+            stats.sort_stats("tottime").print_stats(20)
         with connection.cursor() as cursor:
             # How long after the first sweep each backlog deadline was handled.
             cursor.execute(
