@@ -99,8 +99,9 @@ def migrations_start(*, actor: User, process_name: str, from_version: int, to_ve
     """Migrate the open tasks of process_name v from_version to v to_version; return each
     task's Result (see the module's docstring).
 
-    run_now begins each migration here (the command: its operator may read histories);
-    otherwise the worker begins it after commit (the API: the web's role may not).
+    run_now begins each migration here (the command, run with the worker's role, which
+    reads histories); otherwise the worker begins it after commit (the API: the web's role
+    may not).
 
     Raise Forbidden unless actor is an admin, NotFound for an unknown process or
     version, InboxError for a missing reason or a version that is not newer. A task that
@@ -166,8 +167,9 @@ def stage_problem(*, source: ProcessVersion, target: ProcessVersion, stage: str,
 def migration_request(*, task: Task, target: ProcessVersion, actor: User, reason: str,
                       run_now: bool) -> Result:
     """Record the migration of task's wait to target, then begin it: now (run_now: the
-    caller may read histories and start executions, as the command's operator may) or in
-    the worker after commit (the web's role reads no history: it holds tokens)."""
+    caller may read histories and start executions, as the command run with the worker's
+    role may) or in the worker after commit (the web's role reads no history: it holds
+    tokens)."""
     name = task.execution_arn.rsplit(":", 1)[-1]
     new_arn = target.state_machine_arn.replace(":stateMachine:", ":execution:", 1) + ":" + name
     migration, created = TaskMigration.objects.get_or_create(
