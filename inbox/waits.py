@@ -14,6 +14,8 @@ from typing import Any
 
 from django.utils import timezone
 
+from processes.envelope import envelope_read
+
 # The newest events of an execution read per check (one GetExecutionHistory page): a
 # stage waiting for its token is among the last events of its branch.
 HISTORY_EVENTS = 1000
@@ -93,3 +95,11 @@ def wait_body(wait: Wait) -> str | None:
     if isinstance(body, dict):
         return json.dumps(body)
     return None
+
+
+def envelope_token(body: str | None) -> str | None:
+    """Return the task token of the envelope a wait's message body holds, or None when the
+    body is missing, not an envelope, or holds no token."""
+    envelope, unreadable = envelope_read(body or "")
+    token = envelope.get("taskToken") if isinstance(envelope, dict) and not unreadable else None
+    return token if isinstance(token, str) and token else None

@@ -412,7 +412,7 @@ def _execution_start_aws(
     # AWS answers ExecutionAlreadyExists for the same name with other input, and also for
     # the same input once that execution has finished: a start whose row was lost (a
     # crash after the AWS call) and is retried late. The second case is ours to record.
-    execution_arn = _execution_arn(
+    execution_arn = execution_arn_for(
         state_machine_arn=version.state_machine_arn, execution_name=execution_name
     )
     described = aws.execution_describe(execution_arn=execution_arn)
@@ -424,7 +424,7 @@ def _execution_start_aws(
     return execution_arn
 
 
-def _execution_arn(*, state_machine_arn: str, execution_name: str) -> str:
+def execution_arn_for(*, state_machine_arn: str, execution_name: str) -> str:
     """Return the ARN Step Functions gives an execution called execution_name."""
     return state_machine_arn.replace(":stateMachine:", ":execution:", 1) + ":" + execution_name
 

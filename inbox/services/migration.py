@@ -50,12 +50,12 @@ from inbox import effects
 from inbox.lifecycle import IllegalTransition, transition
 from inbox.models import OPEN_STATES, MigrationStatus, Task, TaskMigration
 from inbox.tokens import token_digest, token_encrypt
-from inbox.waits import HISTORY_EVENTS, wait_body, waits_open
+from inbox.waits import HISTORY_EVENTS, envelope_token, wait_body, waits_open
 from processes import aws
-from processes.envelope import envelope_read
 from processes.models import Execution, ProcessVersion
 from processes.resume import resumable_stages, resume_input
 from processes.selectors import deployed_spec, form_for, process_version_get
+from processes.services import execution_arn_for
 from processes.spec import HumanStage
 
 logger = logging.getLogger(__name__)
@@ -145,9 +145,8 @@ def stage_problem(*, source: ProcessVersion, target: ProcessVersion, stage: str,
                   form: str) -> str | None:
     """Return why a task of source at stage cannot move to target, or None if it can."""
     spec = deployed_spec(process_name=target.process.name, process_version=target.version)
-    human = next((s for s in spec.stages if s.id == stage and isinstance(s, HumanStage)),
-                 None) if spec is not None else None
-    if human is None:
+    human = spec.stage(stage) if spec is not None else None
+    if not isinstance(human, HumanStage):
         return f"{target} has no human stage {stage!r}: finish the task on {source}."
     if stage not in resumable_stages(target.asl):
         return (f"{target} was compiled before executions could resume at a stage: deploy "
@@ -170,16 +169,13 @@ def migration_request(*, task: Task, target: ProcessVersion, actor: User, reason
     caller may read histories and start executions, as the command run with the worker's
     role may) or in the worker after commit (the web's role reads no history: it holds
     tokens)."""
-    name = task.execution_arn.rsplit(":", 1)[-1]
-    new_arn = target.state_machine_arn.replace(":stateMachine:", ":execution:", 1) + ":" + name
+    new_arn = execution_arn_for(state_machine_arn=target.state_machine_arn,
+                                execution_name=task.execution_arn.rsplit(":", 1)[-1])
     migration, created = TaskMigration.objects.get_or_create(
         from_token_digest=task.token_digest, to_version=target.version,
         defaults={"task": task, "stage": task.stage, "from_version": task.process_version,
                   "from_execution_arn": task.execution_arn, "to_execution_arn": new_arn,
                   "requested_by": actor, "reason": reason})
-    if migration.status == MigrationStatus.MOVED:
-        # Its stop may have been lost (the broker down): ask for it again.
-        effects.migration_stop_after_commit(task_id=str(task.pk))
     if migration.status != MigrationStatus.STARTING:
         return _result(task, outcome="already", status=migration.status,
                        detail=migration.last_error, to_execution_arn=new_arn)
@@ -217,8 +213,8 @@ def migration_begin(*, migration_id: int) -> str:
     target = ProcessVersion.objects.get(process__name=task.process_name,
                                         version=migration.to_version)
     try:
-        state = waiting_state(task=task, execution_arn=migration.from_execution_arn,
-                              digest=migration.from_token_digest)
+        state = waiting_state(execution_arn=migration.from_execution_arn,
+                              stage=migration.stage, digest=migration.from_token_digest)
         aws_input = json.loads(json.dumps(
             resume_input(stage=migration.stage, state=state,
                          source=migration.from_execution_arn), sort_keys=True))
@@ -252,9 +248,9 @@ def _result(task: Task, **fields: Any) -> Result:
                   **fields)
 
 
-def waiting_state(*, task: Task, execution_arn: str, digest: str) -> Any:
-    """Return the state execution_arn entered task's stage with, for the wait of the token
-    whose digest is digest.
+def waiting_state(*, execution_arn: str, stage: str, digest: str) -> Any:
+    """Return the state execution_arn entered stage with, for the wait of the token whose
+    digest is digest.
 
     Raise MigrationRefused when the history shows no such wait (answered meanwhile, or
     older than the HISTORY_EVENTS newest events) or a state Step Functions truncated.
@@ -268,26 +264,25 @@ def waiting_state(*, task: Task, execution_arn: str, digest: str) -> Any:
             f"(or waits too far back in its history to read): nothing to move.")
     entered = [event for event in events if event["type"] == _ENTERED
                and event["id"] < wait.event_id
-               and event.get("stateEnteredEventDetails", {}).get("name") == task.stage]
+               and event.get("stateEnteredEventDetails", {}).get("name") == stage]
     if not entered:
         raise MigrationRefused(f"Execution {execution_arn}'s history does not show how "
-                               f"it entered stage {task.stage!r}.")
+                               f"it entered stage {stage!r}.")
     details = max(entered, key=lambda event: event["id"])["stateEnteredEventDetails"]
     if (details.get("inputDetails") or {}).get("truncated"):
         raise MigrationRefused(f"Step Functions truncated the state execution "
-                               f"{execution_arn} entered {task.stage!r} with: it "
+                               f"{execution_arn} entered {stage!r} with: it "
                                "cannot be carried.")
     try:
         return json.loads(details.get("input") or "{}")
     except ValueError:
         raise MigrationRefused(f"The state execution {execution_arn} entered "
-                               f"{task.stage!r} with is not JSON.") from None
+                               f"{stage!r} with is not JSON.") from None
 
 
 def _wait_digest(wait: Any) -> str | None:
-    envelope, unreadable = envelope_read(wait_body(wait) or "")
-    token = envelope.get("taskToken") if isinstance(envelope, dict) and not unreadable else None
-    return token_digest(token) if isinstance(token, str) and token else None
+    token = envelope_token(wait_body(wait))
+    return token_digest(token) if token is not None else None
 
 
 def _start(*, state_machine_arn: str, name: str, input: dict[str, Any],
@@ -379,6 +374,18 @@ def _arrived(*, migration: TaskMigration, envelope: dict[str, Any], digest: str)
 
 
 # Stopping what was left behind ---------------------------------------------------------------
+
+
+def moved_away(*, digest: str) -> bool:
+    """Return whether the wait of the token whose digest is digest was migrated away (its
+    task answers a newer version now); if so, ask again for the old execution's stop (the
+    orphan check finds such a wait while its execution still runs: a stop was lost)."""
+    task_id = TaskMigration.objects.filter(from_token_digest=digest, status__in=_MOVED
+                                           ).values_list("task_id", flat=True).first()
+    if task_id is None:
+        return False
+    effects.migration_stop_after_commit(task_id=str(task_id))
+    return True
 
 
 def migrations_finish(*, task_id: str) -> int:

@@ -36,15 +36,14 @@ from django.core.cache import cache
 from django.utils import timezone
 
 from config.errors import ExternalServiceError
-from inbox import effects
 from inbox.metrics import orphan_recovered_count
-from inbox.models import IntakeError, MigrationStatus, Task, TaskMigration
+from inbox.models import IntakeError, Task
 from inbox.ratelimit import rate_take
 from inbox.services.intake import Outcome, intake_messages
+from inbox.services.migration import moved_away
 from inbox.tokens import token_digest
-from inbox.waits import HISTORY_EVENTS, Wait, wait_body, waits_open
+from inbox.waits import HISTORY_EVENTS, Wait, envelope_token, wait_body, waits_open
 from processes import aws
-from processes.envelope import envelope_read
 from processes.models import ProcessVersion
 
 logger = logging.getLogger(__name__)
@@ -87,9 +86,8 @@ def execution_orphans_recover(*, execution_arn: str, now: datetime.datetime | No
             counts["recent"] += 1
             continue
         body = wait_body(wait)
-        envelope, unreadable = envelope_read(body or "")
-        token = envelope.get("taskToken") if isinstance(envelope, dict) else None
-        if body is None or unreadable or not isinstance(token, str) or not token:
+        token = envelope_token(body)
+        if body is None or token is None:
             # Not the envelope shape at all; the intake would only refuse it again.
             counts["unreadable"] += 1
             logger.warning("Orphans: execution %s waits (event %d) but its history holds "
@@ -100,14 +98,10 @@ def execution_orphans_recover(*, execution_arn: str, now: datetime.datetime | No
         if Task.objects.filter(token_digest=digest).exists():
             counts["has_task"] += 1
             continue
-        moved = TaskMigration.objects.filter(
-            from_token_digest=digest, status__in=(MigrationStatus.MOVED, MigrationStatus.DONE),
-        ).values_list("task_id", flat=True).first()
-        if moved is not None:
-            # Its task moved to a newer version (inbox.services.migration) and this
-            # execution was left to be stopped: no orphan; ask for the stop again.
+        if moved_away(digest=digest):
+            # Its task moved to a newer version and this execution was left to be
+            # stopped: no orphan (moved_away asked for the stop again).
             counts["migrated"] += 1
-            effects.migration_stop_after_commit(task_id=str(moved))
             continue
         outcome = _intake(execution_arn=execution_arn, wait=wait, body=body)
         if outcome == Outcome.CREATED:
