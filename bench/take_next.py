@@ -98,6 +98,10 @@ def main() -> None:
     parser.add_argument("--profile-http", type=int, default=0, metavar="N",
                         help="also profile N HTTP takes in one process (Django's test "
                              "client, no server; cProfile)")
+    parser.add_argument("--cpu", type=int, default=0, metavar="N",
+                        help="also time N service takes and N raw claims one after the "
+                             "other in one process: CPU ms per claim, this process and "
+                             "its PostgreSQL backend apart")
     parser.add_argument("--keep", action="store_true", help="keep the database afterwards")
     parser.add_argument("--quick", action="store_true",
                         help=f"small sizes for a smoke check: {QUICK} (explicit options win)")
@@ -158,6 +162,8 @@ def run(args: argparse.Namespace, phases: list[str]) -> dict[str, dict]:
     queries = service_queries(pools)
     if queries is not None:
         print(f"service call: {queries} SQL statements per take (one call, counted)")
+    if args.cpu:
+        cpu_split(pools, taker_skill, args.cpu)
     if args.profile:
         profile_service(pools, args.profile)
     if args.profile_http:
@@ -198,6 +204,57 @@ def service_queries(pools: dict[str, list[list[int]]]) -> int | None:
         task = worker_service.task_take_next(worker=worker)
     worker_service.task_release(worker=worker, task_id=task.pk)
     return len(captured.captured_queries)
+
+
+def _backend_cpu_ms(cursor) -> float:
+    """CPU ms (user + system) used so far by the PostgreSQL backend of cursor's
+    connection, from /proc: the server runs on this machine."""
+    cursor.execute("SELECT pg_backend_pid()")
+    fields = Path(f"/proc/{cursor.fetchone()[0]}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) * 1000 / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_split(pools: dict[str, list[list[int]]], taker_skill: list[int], calls: int) -> None:
+    """Take calls tasks with the service and calls with the raw statement, one after the
+    other in this process (no concurrency: nothing queues), and print each one's CPU per
+    claim, this process and its PostgreSQL backend apart. The takes are given back."""
+    import psycopg
+    from django.db import connection
+
+    from accounts.models import User
+    from inbox.services import worker as worker_service
+
+    if "service" not in pools or "raw" not in pools:
+        print("--cpu needs the raw and service phases")
+        return
+    workers = list(User.objects.filter(pk__in=pools["service"][0]).order_by("pk"))
+    rows = []
+    with connection.cursor() as cursor:
+        taken = []
+        backend, client = _backend_cpu_ms(cursor), time.process_time()
+        for n in range(calls):
+            worker = workers[n * len(workers) // calls]  # within each worker's capacity
+            taken.append((worker, worker_service.task_take_next(worker=worker).pk))
+        client = (time.process_time() - client) * 1000 / calls
+        backend = (_backend_cpu_ms(cursor) - backend) / calls
+        rows.append(["service call", f"{client:.3f}", f"{backend:.3f}",
+                     f"{client + backend:.3f}"])
+        for worker, task_id in taken:
+            worker_service.task_release(worker=worker, task_id=task_id)
+    with psycopg.connect(libpq_url(), autocommit=True) as conn, conn.cursor() as cursor:
+        params = {"worker": pools["raw"][0][0], "skill": taker_skill[0]}
+        claimed = []
+        backend, client = _backend_cpu_ms(cursor), time.process_time()
+        for _ in range(calls):
+            claimed.append(cursor.execute(RAW_TAKE, params).fetchone()[0])
+        client = (time.process_time() - client) * 1000 / calls
+        backend = (_backend_cpu_ms(cursor) - backend) / calls
+        rows.append(["raw SQL claim", f"{client:.3f}", f"{backend:.3f}",
+                     f"{client + backend:.3f}"])
+        cursor.execute("UPDATE inbox_task SET state = 'queued', assignee_id = NULL, "
+                       "work_deadline = NULL WHERE id = ANY(%s)", [claimed])
+    print(f"\nCPU per claim, {calls:,} claims one after the other in one process:")
+    print(table(["path", "client CPU ms", "PostgreSQL CPU ms", "total"], rows))
 
 
 def profile_service(pools: dict[str, list[list[int]]], calls: int) -> None:

@@ -1,8 +1,11 @@
 """The Celery app: another interface to the services, configured from settings."""
 
 import os
+import sys
 
-from celery import Celery
+from celery import Celery, Task
+from celery.signals import task_postrun, task_prerun
+from django.db import close_old_connections
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
@@ -18,3 +21,25 @@ def _ensure_broker_folders(sender: Celery, **kwargs: object) -> None:
     for key in ("data_folder_in", "data_folder_out", "processed_folder", "control_folder"):
         if options.get(key):
             os.makedirs(options[key], exist_ok=True)
+
+
+# Database connections between tasks ----------------------------------------------------
+# Celery's Django fixup closes every connection before and after each task unless this is
+# set (it counts its closes and closes again only after 2 × this many): a new PostgreSQL
+# connection, and a new server backend, for every callback and every intake poll. Set past
+# reach, the fixup keeps them, and each task gets what Django gives a request instead.
+app.conf.CELERY_DB_REUSE_MAX = sys.maxsize
+
+
+@task_prerun.connect
+@task_postrun.connect
+def _connections_tidy(task: Task | None = None, **kwargs: object) -> None:
+    """Close the connections past CONN_MAX_AGE or left unusable, as a request's start and
+    end do (a connection kept is health-checked on its first use, CONN_HEALTH_CHECKS).
+
+    Not around an eager task: it runs inside its caller, whose transaction it must not end
+    (the fixup leaves those alone too).
+    """
+    if task is not None and getattr(task.request, "is_eager", False):
+        return
+    close_old_connections()
