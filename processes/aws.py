@@ -11,6 +11,7 @@ import re
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Literal
 
 import boto3
@@ -322,20 +323,42 @@ SQS_WAIT_MAX = 20
 
 
 def messages_receive_batches(*, url: str, wait_seconds: int, budget_seconds: float,
-                             max_messages: int = 10, visibility_timeout: int | None = None
-                             ) -> Iterator[list[dict[str, Any]]]:
+                             max_messages: int = 10, visibility_timeout: int | None = None,
+                             ahead: bool = False) -> Iterator[list[dict[str, Any]]]:
     """Yield the batches received from the queue at url until one comes back empty or
-    budget_seconds are used; each long poll waits at most wait_seconds (and SQS's 20)."""
+    budget_seconds are used; each long poll waits at most wait_seconds (and SQS's 20).
+
+    ahead: receive the next batch in a thread of its own while the caller handles the one
+    yielded, so the caller's work and SQS's round trip overlap. The messages of a receive
+    still in flight when the caller stops early are not lost: SQS hands them out again
+    after their visibility timeout.
+    """
     deadline = time.monotonic() + budget_seconds
-    while (remaining := deadline - time.monotonic()) > 0:
-        messages = messages_receive(
+
+    def receive() -> list[dict[str, Any]]:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return []
+        return messages_receive(
             url=url, max_messages=max_messages,
             wait_seconds=max(0, min(wait_seconds, SQS_WAIT_MAX, int(remaining))),
             visibility_timeout=visibility_timeout,
         )
-        if not messages:
-            return
-        yield messages
+
+    if not ahead:
+        while messages := receive():
+            yield messages
+        return
+    receiver = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sqs-receive-ahead")
+    try:
+        pending = receiver.submit(receive)
+        while messages := pending.result():
+            pending = receiver.submit(receive)
+            yield messages
+    finally:
+        # Stopped early: the receive in flight is not waited for (a long poll can take
+        # 20 s); its messages come back after their visibility timeout.
+        receiver.shutdown(wait=False, cancel_futures=True)
 
 
 def message_delete(*, url: str, receipt_handle: str) -> None:

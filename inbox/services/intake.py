@@ -20,6 +20,7 @@ import logging
 import re
 import traceback
 import uuid
+from concurrent.futures import Future, ThreadPoolExecutor
 from enum import StrEnum
 from typing import Any
 
@@ -518,22 +519,34 @@ def intake_poll(
     """
     url = aws.queue_url(name=settings.INBOX_INTAKE_QUEUE)
     counts = dict.fromkeys(Outcome, 0)
-    for messages in aws.messages_receive_batches(
-            url=url, wait_seconds=wait_seconds, budget_seconds=budget_seconds,
-            max_messages=max_messages, visibility_timeout=visibility_timeout):
-        done = []
-        for message, outcome in zip(messages, intake_messages(messages=messages),
-                                    strict=True):
-            counts[outcome] += 1
-            if outcome in _DONE:
-                done.append(message)
-        if done:
-            # One DeleteMessageBatch per receive. Outside a transaction (how the poller
-            # runs) it deletes at once, after the receive's transactions committed; inside
-            # one it waits for the commit, so a rollback leaves the messages to be
-            # delivered again.
-            transaction.on_commit(functools.partial(messages_done_delete, url=url,
-                                                    messages=done, queue="Intake"))
+    # Outside a transaction (how the poller runs) SQS's round trips overlap the work: the
+    # next receive is in flight while a receive is handled, and its delete runs behind.
+    outside = not transaction.get_connection().in_atomic_block
+    deletes: list[Future] = []
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="intake-delete") as deleter:
+        for messages in aws.messages_receive_batches(
+                url=url, wait_seconds=wait_seconds, budget_seconds=budget_seconds,
+                max_messages=max_messages, visibility_timeout=visibility_timeout,
+                ahead=outside):
+            done = []
+            for message, outcome in zip(messages, intake_messages(messages=messages),
+                                        strict=True):
+                counts[outcome] += 1
+                if outcome in _DONE:
+                    done.append(message)
+            if not done:
+                continue
+            # One DeleteMessageBatch per receive, after the receive's transactions
+            # committed. Inside a transaction it waits for the commit, so a rollback
+            # leaves the messages to be delivered again.
+            delete = functools.partial(messages_done_delete, url=url, messages=done,
+                                       queue="Intake")
+            if outside:
+                deletes.append(deleter.submit(delete))
+            else:
+                transaction.on_commit(delete)
+    for delete in deletes:
+        delete.result()  # a delete that crashed (not one SQS refused: that is logged) fails
     return {str(outcome): count for outcome, count in counts.items()}
 
 

@@ -348,6 +348,61 @@ def test_handled_messages_are_deleted_in_one_batch_per_receive(queues, review_sk
     assert "could not delete message" in caplog.text
     assert _depth(queues["queue_url"])[0] + _depth(queues["queue_url"])[1] == 1
 
+@pytest.mark.emulator
+@pytest.mark.django_db(transaction=True)
+def test_a_poll_outside_a_transaction_receives_ahead_and_deletes_behind(
+        queues, review_skill, monkeypatch):
+    """As the poller runs (no transaction open): the next receive goes out while a receive
+    is handled, each receive's delete runs behind it, and all of it ends before the poll
+    returns: every envelope a task, the queue empty."""
+    threads: list[tuple[str, str]] = []
+    real_call = aws._call
+
+    def spy(*, service, operation, **params):
+        threads.append((operation, threading.current_thread().name))
+        return real_call(service=service, operation=operation, **params)
+
+    monkeypatch.setattr(aws, "_call", spy)
+    for _ in range(25):
+        _send(queues, envelope())
+
+    counts = intake_poll(wait_seconds=0, max_messages=10)
+
+    assert counts["created"] == 25 and Task.objects.count() == 25
+    receives = [name for operation, name in threads if operation == "receive_message"]
+    deletes = [name for operation, name in threads if operation == "delete_message_batch"]
+    assert len(receives) >= 4 and all(n.startswith("sqs-receive-ahead") for n in receives)
+    assert len(deletes) >= 3 and all(n.startswith("intake-delete") for n in deletes)
+    assert _depth(queues["queue_url"]) == (0, 0)
+
+
+@pytest.mark.emulator
+@pytest.mark.django_db(transaction=True)
+def test_a_receive_ahead_left_in_flight_loses_no_message(queues, review_skill):
+    """The caller stops after the first batch while the next receive is out: its messages
+    are not handled now, and come back after their visibility timeout to be handled then."""
+    for _ in range(20):
+        _send(queues, envelope())
+    batches = aws.messages_receive_batches(url=queues["queue_url"], wait_seconds=0,
+                                           budget_seconds=10, max_messages=10,
+                                           visibility_timeout=1, ahead=True)
+    first = next(batches)
+    batches.close()
+    assert len(first) == 10
+    assert Task.objects.count() == 0
+
+    created = 0
+
+    def all_handled() -> bool:
+        nonlocal created
+        created += intake_poll(wait_seconds=0, max_messages=10)["created"]
+        return created == 20
+
+    wait_for(all_handled, timeout=30, what="every message handled after its timeout")
+    assert Task.objects.count() == 20
+    wait_for(lambda: _depth(queues["queue_url"]) == (0, 0), what="the queue empty")
+
+
 def _malformed(token: str) -> list[tuple[str, str]]:
     """Return ten refused bodies, each with the text its problem must contain."""
     return [
