@@ -26,6 +26,7 @@ from rest_framework.request import Request
 from accounts.api_tokens import scope_covers
 from accounts.audit import audit_record, client_ip
 from accounts.models import ApiScope, ApiToken, AuditAction, User
+from accounts.selectors import roles_annotations, roles_remember
 
 if TYPE_CHECKING:  # rest_framework.views imports this module (its default classes)
     from rest_framework.views import APIView
@@ -73,8 +74,10 @@ class ApiTokenAuthentication(TokenAuthentication):
         now = timezone.now()
         # No ORDER BY (the model's ordering is for lists): the key finds one row or a few,
         # each compared below, and every API request compiles this query.
+        # The user's roles come in the same read (the views' permissions ask them).
         candidates = ApiToken.objects.filter(
-            token_key=secret[: CONSTANTS.TOKEN_KEY_LENGTH]).select_related("user").order_by()
+            token_key=secret[: CONSTANTS.TOKEN_KEY_LENGTH]).select_related("user").annotate(
+            **roles_annotations(user_id="user_id")).order_by()
         for candidate in candidates:
             if not compare_digest(digest, candidate.digest):
                 continue
@@ -87,6 +90,7 @@ class ApiTokenAuthentication(TokenAuthentication):
                 raise TokenRefused("The API token's user is deactivated.",
                                    reason="user_inactive", token=candidate)
             _use_note(candidate, now)
+            roles_remember(user=candidate.user, row=candidate)
             return candidate.user, candidate
         raise TokenRefused(f"The API token is not valid: it was revoked or never existed. "
                            f"Create one at {TOKENS_PAGE}.", reason="unknown")

@@ -1,6 +1,8 @@
 """Reads for users, roles and skills."""
 
-from django.db.models import Q, QuerySet
+from typing import Any
+
+from django.db.models import Exists, OuterRef, Q, QuerySet
 
 from accounts.models import AuditEvent, Skill, User, WorkerSkill
 from accounts.roles import Role
@@ -25,6 +27,23 @@ def user_roles(*, user: User) -> set[Role]:
 
 
 ROLES_CACHE = "_inbox_roles"
+
+
+def roles_annotations(*, user_id: str) -> dict[str, Exists]:
+    """Return annotations that read, in the query that finds a user, whether they hold each
+    role (user_id: the path to the user's id from that query's model, e.g. "user_id").
+
+    For a hot path that reads the user anyway (an API token's sign-in): its roles come in
+    the same round trip instead of a query of their own; roles_remember takes them."""
+    memberships = User.groups.through.objects
+    return {f"{ROLES_CACHE}_{role.value}": Exists(memberships.filter(
+        user_id=OuterRef(user_id), group__name=role.value)) for role in Role}
+
+
+def roles_remember(*, user: User, row: Any) -> None:
+    """Remember on user the roles roles_annotations read onto row (row may be the user)."""
+    setattr(user, ROLES_CACHE, frozenset(
+        role for role in Role if getattr(row, f"{ROLES_CACHE}_{role.value}")))
 
 
 def user_has_role(*, user: User, role: Role) -> bool:

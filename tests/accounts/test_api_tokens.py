@@ -317,3 +317,26 @@ def test_creating_a_token_long_after_sign_in_asks_for_the_password_first(
     assert response["Location"].startswith("/accounts/reauthenticate/")
     assert not ApiToken.objects.exists()
     assert not AuditEvent.objects.filter(action=AuditAction.TOKEN_CREATED).exists()
+
+
+@pytest.mark.parametrize("roles", [(Role.WORKER,), (Role.SUPERVISOR,),
+                                   (Role.WORKER, Role.ADMIN)])
+def test_a_token_s_sign_in_reads_its_user_s_roles_in_the_same_query(make_user, api_token,
+                                                                     roles):
+    """The views ask the roles of every API request's user: they come with the token."""
+    from django.test.utils import CaptureQueriesContext
+
+    from accounts.api_auth import ApiTokenAuthentication
+    from accounts.selectors import user_roles
+
+    user = make_user(roles=roles)
+    secret = api_token(user, scope="read")
+    authentication = ApiTokenAuthentication()
+    authentication.authenticate_credentials(secret.encode())  # its first use, noted
+    with CaptureQueriesContext(connection) as queries:
+        found, _ = authentication.authenticate_credentials(secret.encode())
+        assert user_roles(user=found) == set(roles)
+    assert len(queries.captured_queries) == 1, queries.captured_queries
+    user_set_roles(user=user, roles=[Role.WORKER])
+    found, _ = authentication.authenticate_credentials(secret.encode())
+    assert user_roles(user=found) == {Role.WORKER}  # read anew with each request

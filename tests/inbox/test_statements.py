@@ -1,7 +1,7 @@
 """What a hot request costs the database: its statements, counted.
 
 Take next and a decision over the REST API do no work their answer does not need: the
-token's row (its last use is written at most once a minute), the user's roles, the task
+token's row with the user's roles (its last use is written at most once a minute), the task
 read once for permission (its skill, holder and the actor's proficiency in the same read),
 the change written conditioned on the version read (no second read, no lock held before
 it), and the history the answer shows. On PostgreSQL take next is one round trip
@@ -78,11 +78,11 @@ def test_complete_over_the_api_reads_its_task_once_and_writes_three_rows(
     assert response.json()["state"] == TaskState.COMPLETING
     assert [e["action"] for e in response.json()["history"]][-1] == "complete"
     statements = _statements(queries)
-    # token, roles, the task (permission), its UPDATE, the event, the outbox row, the
-    # history of the answer.
-    assert len(statements) == 7, statements
+    # token (the user's roles in the same read), the task (permission), its UPDATE, the
+    # event, the outbox row, the history of the answer.
+    assert len(statements) == 6, statements
     assert sum('FROM "inbox_task"' in sql for sql in statements) == 1
-    assert statements[3].startswith('UPDATE "inbox_task"') and '"version" = ' in statements[3]
+    assert statements[2].startswith('UPDATE "inbox_task"') and '"version" = ' in statements[2]
 
 
 @pytest.mark.parametrize("action", ["accept", "decline", "release"])
