@@ -25,7 +25,7 @@ def _ensure_broker_folders(sender: Celery, **kwargs: object) -> None:
 
 # Database connections between tasks ----------------------------------------------------
 # Celery's Django fixup closes every connection before and after each task unless this is
-# set (it counts its closes and closes again only after 2 × this many): a new PostgreSQL
+# set (it counts its closes and closes again only after twice this many): a new PostgreSQL
 # connection, and a new server backend, for every callback and every intake poll. Set past
 # reach, the fixup keeps them, and each task gets what Django gives a request instead.
 app.conf.CELERY_DB_REUSE_MAX = sys.maxsize
