@@ -119,6 +119,16 @@ if _database_url:
         # An unreachable server fails a request (and /readyz) in seconds, not after the
         # operating system's TCP timeout; ?connect_timeout= in DATABASE_URL wins.
         _database.setdefault("OPTIONS", {}).setdefault("connect_timeout", 5)
+        # Parameters bound on the server, not quoted into the text, and a statement a
+        # connection runs again and again (every hot path's) prepared from its fifth run
+        # on (psycopg's prepare_threshold; Django turns preparing off unless asked), so
+        # PostgreSQL no longer parses and plans it each time. DATABASE_SERVER_SIDE_BINDING=0
+        # goes back to Django's default (client-side binding, nothing prepared): behind a
+        # pooler that cannot keep prepared statements (PgBouncer in transaction mode
+        # before 1.21).
+        if env_bool("DATABASE_SERVER_SIDE_BINDING", True):
+            _database["OPTIONS"]["server_side_binding"] = True
+            _database["OPTIONS"]["prepare_threshold"] = 5
         # A pool per process (psycopg's), for the ASGI web: there every request runs in a
         # thread of its own, and a burst of them (every open page reconnecting its live
         # stream after a restart) would otherwise open a connection each, past the

@@ -174,6 +174,38 @@ def test_a_pooled_web_process_queries_through_psycopg_s_pool(db):
     assert result.stdout.split() == ["0", "3", "42", "ConnectionPool"]
 
 
+@pytest.mark.postgres
+def test_a_statement_run_again_and_again_is_prepared_on_the_server(db):
+    """Server-side binding (the default on PostgreSQL): from its fifth run on, the
+    connection runs a statement prepared, and PostgreSQL no longer parses and plans it."""
+    from django.db import connection
+
+    from accounts.models import Skill
+
+    assert connection.features.uses_server_side_binding
+    slug = f"prepared-{os.getpid()}"
+    for _ in range(6):
+        list(Skill.objects.filter(slug=slug))
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT statement FROM pg_prepared_statements")
+        prepared = [row[0] for row in cursor.fetchall()]
+    assert any('FROM "accounts_skill"' in sql and '"slug" = $1' in sql for sql in prepared), (
+        prepared)
+
+
+@pytest.mark.postgres
+def test_server_side_binding_can_be_turned_off(db):
+    env = _production_env(DATABASE_SERVER_SIDE_BINDING="0",
+                          DJANGO_SETTINGS_MODULE="config.settings")
+    script = ("import django; django.setup(); from django.conf import settings; "
+              "o = settings.DATABASES['default']['OPTIONS']; "
+              "print(o.get('server_side_binding'), o.get('prepare_threshold'))")
+    result = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env,
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["None", "None"]
+
+
 @pytest.mark.parametrize(("debug", "browsable"), [("false", False), ("true", True)])
 def test_the_browsable_api_is_served_only_in_debug(debug, browsable):
     """Production answers JSON only; DRF's HTML forms are a development convenience."""

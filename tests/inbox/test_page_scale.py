@@ -72,7 +72,7 @@ def open_tasks_insert(*, template: Task, first: int, count: int, skills: list[in
     sql = (
         f"INSERT INTO inbox_task ({', '.join(map(connection.ops.quote_name, columns))}) "  # noqa: S608
         f"SELECT {', '.join(values)} FROM inbox_task t, "
-        "generate_series(%(first)s, %(last)s) AS i WHERE t.id = %(template)s"
+        "generate_series(%(first)s::int, %(last)s::int) AS i WHERE t.id = %(template)s"
     )
     with connection.cursor() as cursor:
         cursor.execute(sql, {"skills": skills, "crowd": crowd, "first": first,
