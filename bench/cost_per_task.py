@@ -27,6 +27,7 @@ are shown apart (approximate: a backend that exits meanwhile is missed).
 
 import argparse
 import os
+import re
 import sys
 import threading
 import time
@@ -56,6 +57,11 @@ def main() -> None:
     parser.add_argument("--takers", type=int, default=4, help="T, HTTP client threads")
     parser.add_argument("--idle", type=float, default=30, help="seconds watched idle")
     parser.add_argument("--quick", action="store_true", help="N=60, 15 s idle")
+    parser.add_argument("--py-spy", type=Path, metavar="DIR", dest="py_spy",
+                        help="sample the web's and the Celery worker's process trees with "
+                             "py-spy during the run (pip install py-spy), write each one's "
+                             "stacks to DIR and print their costliest frames; sampling "
+                             "costs CPU, so that run's CPU figures are not results")
     args = parser.parse_args()
     if args.quick:
         args.tasks, args.idle = 60, 15
@@ -64,10 +70,12 @@ def main() -> None:
     with (common.var_dir_kept_on_failure(), scratch_database(DATABASE),
           common.emulator() as children):
         common.logs_to_file()
-        run(tasks=args.tasks, takers=args.takers, idle=args.idle, children=children)
+        run(tasks=args.tasks, takers=args.takers, idle=args.idle, children=children,
+            py_spy=args.py_spy)
 
 
-def run(*, tasks: int, takers: int, idle: float, children: common.Children) -> None:
+def run(*, tasks: int, takers: int, idle: float, children: common.Children,
+        py_spy: Path | None = None) -> None:
     from django.core.cache import cache
 
     from config.celery import app
@@ -104,6 +112,7 @@ def run(*, tasks: int, takers: int, idle: float, children: common.Children) -> N
     idle_ms = {name: (_cpu(children)[name] - before[name]) / idle for name in INBOX_PROCESSES}
 
     children.check()
+    samplers = _samplers_start(py_spy, children) if py_spy else {}
     before = _cpu(children)
     pg_before = _postgres_cpu()
     started = time.monotonic()
@@ -115,6 +124,8 @@ def run(*, tasks: int, takers: int, idle: float, children: common.Children) -> N
     elapsed = time.monotonic() - started
     after = _cpu(children)
     pg_after = _postgres_cpu()
+    if samplers:
+        _samplers_report(samplers)
     common.executions_check(arns)
 
     rows = []
@@ -141,6 +152,66 @@ def run(*, tasks: int, takers: int, idle: float, children: common.Children) -> N
           + ", ".join(f"p{p} {value:.0f}" for p, value in _callback_latency().items()))
     goal_print("CPU of one task's life, the inbox's processes (net)", total_net / tasks, 10.0,
                unit=" ms", most=True)
+
+
+SAMPLED = ("gunicorn", "celery worker")
+
+
+def _samplers_start(directory: Path, children: common.Children) -> dict[str, tuple]:
+    """Start py-spy on each sampled process tree; return {name: (process, output file)}."""
+    import shutil
+    import subprocess
+
+    spy = shutil.which("py-spy") or str(Path(common.PYTHON).parent / "py-spy")
+    if not Path(spy).exists():
+        raise SystemExit("--py-spy needs py-spy: .venv/bin/pip install py-spy")
+    directory.mkdir(parents=True, exist_ok=True)
+    samplers = {}
+    for name in SAMPLED:
+        output = directory / f"{name.replace(' ', '-')}.txt"
+        process = subprocess.Popen(
+            [spy, "record", "--pid", str(children.started[name].pid), "--subprocesses",
+             "--rate", "200", "--nonblocking", "--format", "raw", "--output", str(output)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        samplers[name] = (process, output)
+    time.sleep(2)  # py-spy attaches
+    return samplers
+
+
+OUR_CODE = re.compile(r"\((accounts|config|inbox|processes)/")
+
+
+def _samplers_report(samplers: dict[str, tuple], top: int = 15) -> None:
+    """Stop the samplers and print, for each tree, the share of its samples in the
+    project's own functions (inclusive: a frame counted once per stack) and in the leaves
+    (the frame on top of the stack, where the time is spent)."""
+    import signal
+    from collections import Counter
+
+    for name, (process, output) in samplers.items():
+        process.send_signal(signal.SIGINT)
+        _, errors = process.communicate(timeout=60)
+        if not output.exists():
+            raise RuntimeError(f"py-spy wrote no {output}: {errors[-500:]}")
+        ours: Counter[str] = Counter()
+        leaves: Counter[str] = Counter()
+        total = 0
+        for line in output.read_text().splitlines():
+            stack, _, count = line.rpartition(" ")
+            if not stack:
+                continue
+            frames = [re.sub(r":\d+\)$", ")", frame) for frame in stack.split(";")]
+            total += int(count)
+            leaves[frames[-1]] += int(count)
+            for frame in set(frames):
+                if OUR_CODE.search(frame):
+                    ours[frame] += int(count)
+        print(f"\npy-spy, {name}: {total:,} samples ({output})")
+        for title, counts in (("the project's functions, inclusive", ours),
+                              ("leaves (self)", leaves)):
+            print(f"  {title}:")
+            for frame, count in counts.most_common(top):
+                print(f"  {count / total:6.1%}  {frame[:150]}")
 
 
 def _http_ready(*, base: str, timeout: float = 60) -> None:

@@ -77,3 +77,17 @@ def test_an_eager_task_leaves_its_caller_s_transaction_open(db):
     _around_a_task(fixup, _task(eager=True))
     assert connection.connection is before
     assert connection.in_atomic_block
+
+
+
+def test_a_worker_process_builds_its_aws_clients_as_it_starts(monkeypatch):
+    from celery.signals import worker_process_init
+
+    from processes import aws
+
+    built: list[str] = []
+    real = aws.client
+    monkeypatch.setattr(aws, "client", lambda *, service, probe=False: (
+        built.append(service), real(service=service, probe=probe))[1])
+    worker_process_init.send(sender=None)
+    assert sorted(built) == ["sqs", "stepfunctions"]
