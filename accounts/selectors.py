@@ -1,8 +1,8 @@
 """Reads for users, roles and skills."""
 
-from typing import Any
+from collections.abc import Iterable
 
-from django.db.models import Exists, OuterRef, Q, QuerySet
+from django.db.models import Q, QuerySet
 
 from accounts.models import AuditEvent, Skill, User, WorkerSkill
 from accounts.roles import Role
@@ -29,22 +29,11 @@ def user_roles(*, user: User) -> set[Role]:
 ROLES_CACHE = "_inbox_roles"
 
 
-def roles_annotations(*, user_id: str) -> dict[str, Exists]:
-    """Return annotations that read, in the query that finds a user, whether they hold each
-    role (user_id: the path to the user's id from that query's model, e.g. "user_id").
 
-    For a hot path that reads the user anyway (an API token's sign-in): its roles come in
-    the same round trip instead of a query of their own; roles_remember takes them."""
-    memberships = User.groups.through.objects
-    return {f"{ROLES_CACHE}_{role.value}": Exists(memberships.filter(
-        user_id=OuterRef(user_id), group__name=role.value)) for role in Role}
-
-
-def roles_remember(*, user: User, row: Any) -> None:
-    """Remember on user the roles roles_annotations read onto row (row may be the user)."""
-    setattr(user, ROLES_CACHE, frozenset(
-        role for role in Role if getattr(row, f"{ROLES_CACHE}_{role.value}")))
-
+def roles_remember(*, user: User, roles: Iterable[Role]) -> None:
+    """Remember on user the roles a hot path read with the user (an API token's sign-in
+    reads them in the token's query), so user_roles asks no query of its own."""
+    setattr(user, ROLES_CACHE, frozenset(roles))
 
 def user_has_role(*, user: User, role: Role) -> bool:
     """Return whether the user holds the role."""

@@ -344,3 +344,22 @@ def test_a_token_s_sign_in_reads_its_user_s_roles_in_the_same_query(make_user, a
     user_set_roles(user=user, roles=[Role.WORKER])
     found, _ = authentication.authenticate_credentials(secret.encode())
     assert user_roles(user=found) == {Role.WORKER}  # read anew with each request
+
+
+def test_a_token_s_sign_in_reads_the_token_and_user_as_the_orm_does(make_user, api_token):
+    """The sign-in's statement is written by hand (built once per process): its token and
+    user are, field by field, what the ORM reads."""
+    from accounts.api_auth import ApiTokenAuthentication
+
+    user = make_user(roles=(Role.WORKER,))
+    secret = api_token(user, scope="work")
+    authentication = ApiTokenAuthentication()
+    authentication.authenticate_credentials(secret.encode())  # last_used_at noted
+    found, token = authentication.authenticate_credentials(secret.encode())
+    stored = ApiToken.objects.select_related("user").get(pk=token.pk)
+    for field in ApiToken._meta.concrete_fields:
+        assert getattr(token, field.attname) == getattr(stored, field.attname), field.name
+    for field in type(user)._meta.concrete_fields:
+        assert getattr(found, field.attname) == getattr(stored.user, field.attname), (
+            field.name)
+    assert token.user is found and not found._state.adding
