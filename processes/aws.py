@@ -5,14 +5,13 @@ Every call goes through ``_call``, which turns botocore's errors into
 token, so no parameter value ever reaches an exception message or a log line.
 """
 
-import collections
 import functools
 import json
 import re
 import threading
 import time
 from collections.abc import Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Literal
 
 import boto3
@@ -323,10 +322,6 @@ def messages_receive(
 SQS_WAIT_MAX = 20
 
 
-# Receives in flight at once while the caller handles a batch of a backlog.
-RECEIVES_AHEAD = 2
-
-
 def messages_receive_batches(*, url: str, wait_seconds: int, budget_seconds: float,
                              max_messages: int = 10, visibility_timeout: int | None = None,
                              ahead: bool = False) -> Iterator[list[dict[str, Any]]]:
@@ -334,10 +329,9 @@ def messages_receive_batches(*, url: str, wait_seconds: int, budget_seconds: flo
     budget_seconds are used; each long poll waits at most wait_seconds (and SQS's 20).
 
     ahead: receive the next batch in a thread of its own while the caller handles the one
-    yielded, so the caller's work and SQS's round trips overlap (two receives out while
-    batches come back full, a backlog; one otherwise). It ends once a receive came back
-    empty and none is in flight. The messages of a receive still in flight when the caller
-    stops early are not lost: SQS hands them out again after their visibility timeout.
+    yielded, so the caller's work and SQS's round trip overlap. The messages of a receive
+    still in flight when the caller stops early are not lost: SQS hands them out again
+    after their visibility timeout.
     """
     deadline = time.monotonic() + budget_seconds
 
@@ -355,24 +349,15 @@ def messages_receive_batches(*, url: str, wait_seconds: int, budget_seconds: flo
         while messages := receive():
             yield messages
         return
-    receiver = ThreadPoolExecutor(max_workers=RECEIVES_AHEAD,
-                                  thread_name_prefix="sqs-receive-ahead")
-    pending: collections.deque[Future] = collections.deque([receiver.submit(receive)])
+    receiver = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sqs-receive-ahead")
     try:
-        while pending:
-            messages = pending.popleft().result()
-            if not messages:
-                continue  # the end, once every receive in flight came back too
-            # A full receive says a backlog: keep RECEIVES_AHEAD receives out, so SQS is
-            # never idle while the caller works. Otherwise one, as a long poll is: a second
-            # one would hold what arrives meanwhile.
-            wanted = RECEIVES_AHEAD if len(messages) == max_messages else 1
-            while len(pending) < wanted:
-                pending.append(receiver.submit(receive))
+        pending = receiver.submit(receive)
+        while messages := pending.result():
+            pending = receiver.submit(receive)
             yield messages
     finally:
-        # Stopped early: the receives in flight are not waited for (a long poll can take
-        # 20 s); their messages come back after their visibility timeout.
+        # Stopped early: the receive in flight is not waited for (a long poll can take
+        # 20 s); its messages come back after their visibility timeout.
         receiver.shutdown(wait=False, cancel_futures=True)
 
 

@@ -8,7 +8,6 @@ import datetime
 import json
 import logging
 import threading
-import time
 import uuid
 from io import StringIO
 from pathlib import Path
@@ -332,13 +331,10 @@ def test_handled_messages_are_deleted_in_one_batch_per_receive(queues, review_sk
     real_call = aws._call
 
     def spy(*, service, operation, **params):
+        calls.append(operation)
         if operation == "delete_message_batch":
             params["Entries"][0]["ReceiptHandle"] = "stale-receipt-handle"
-        answer = real_call(service=service, operation=operation, **params)
-        # A receive that came back empty (the end of the poll) has nothing to delete.
-        if operation != "receive_message" or answer.get("Messages"):
-            calls.append(operation)
-        return answer
+        return real_call(service=service, operation=operation, **params)
 
     monkeypatch.setattr(aws, "_call", spy)
     for _ in range(10):
@@ -347,7 +343,7 @@ def test_handled_messages_are_deleted_in_one_batch_per_receive(queues, review_sk
     counts = intake_poll(wait_seconds=0, max_messages=10)
 
     assert counts["created"] == 10
-    assert calls.count("delete_message_batch") == calls.count("receive_message") >= 1
+    assert calls.count("delete_message_batch") == calls.count("receive_message") - 1 >= 1
     assert "delete_message" not in calls
     assert "could not delete message" in caplog.text
     assert _depth(queues["queue_url"])[0] + _depth(queues["queue_url"])[1] == 1
@@ -378,40 +374,6 @@ def test_a_poll_outside_a_transaction_receives_ahead_and_deletes_behind(
     assert len(receives) >= 4 and all(n.startswith("sqs-receive-ahead") for n in receives)
     assert len(deletes) >= 3 and all(n.startswith("intake-delete") for n in deletes)
     assert _depth(queues["queue_url"]) == (0, 0)
-
-
-@pytest.mark.emulator
-def test_a_backlog_keeps_two_receives_out_and_the_end_abandons_none(queues, monkeypatch):
-    """Full batches (a backlog): two receives in flight while the caller works; the batches
-    come back in order, and the generator ends by itself with every message yielded (no
-    receive left out to hold what it took)."""
-    lock, state = threading.Lock(), {"out": 0, "most": 0}
-    real_call = aws._call
-
-    def slow_receive(*, service, operation, **params):
-        if operation != "receive_message":
-            return real_call(service=service, operation=operation, **params)
-        with lock:
-            state["out"] += 1
-            state["most"] = max(state["most"], state["out"])
-        try:
-            time.sleep(0.2)  # an SQS round trip long enough to overlap the next
-            return real_call(service=service, operation=operation, **params)
-        finally:
-            with lock:
-                state["out"] -= 1
-
-    sent = {_send(queues, envelope()) for _ in range(35)}
-    monkeypatch.setattr(aws, "_call", slow_receive)
-    received = []
-    for batch in aws.messages_receive_batches(url=queues["queue_url"], wait_seconds=0,
-                                              budget_seconds=30, max_messages=10,
-                                              ahead=True):
-        time.sleep(0.1)  # the caller's work on the batch
-        received.extend(message["MessageId"] for message in batch)
-
-    assert state["most"] == 2
-    assert sorted(received) == sorted(sent)
 
 
 @pytest.mark.emulator
