@@ -31,6 +31,7 @@ from accounts.audit import audit_record, client_ip
 from accounts.models import ApiScope, ApiToken, AuditAction, User
 from accounts.roles import Role
 from accounts.selectors import roles_remember
+from config.rows import ModelRows
 
 if TYPE_CHECKING:  # rest_framework.views imports this module (its default classes)
     from rest_framework.views import APIView
@@ -99,14 +100,14 @@ def _candidates(*, key: str) -> list[ApiToken]:
 
     Every API request runs it, so its SQL is built once per process, not compiled by the
     ORM per request (about 1.2 ms of CPU with the roles' subqueries, more than the rest
-    of a take); the rows become instances as the ORM would make them (_Rows).
+    of a take); the rows become instances as the ORM would make them (config.rows).
     """
     connection = connections[ApiToken.objects.db]
     sql, params = _candidates_sql(connection.vendor), [*Role.values, key]
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         rows = cursor.fetchall()
-    tokens, users = _Rows.of(ApiToken, connection), _Rows.of(User, connection)
+    tokens, users = ModelRows.of(ApiToken, connection), ModelRows.of(User, connection)
     found = []
     for row in rows:
         token = tokens.instance(row[:tokens.width], connection)
@@ -124,53 +125,19 @@ def _candidates_sql(vendor: str) -> str:
     user's columns in their models' order, then one EXISTS per role (Role's order)."""
     quote = connections[ApiToken.objects.db].ops.quote_name
     memberships = User.groups.through._meta
+    user_id, token_user = User._meta.pk.column, ApiToken._meta.get_field("user").column
     columns = [f"t.{quote(f.column)}" for f in ApiToken._meta.concrete_fields] + [
         f"u.{quote(f.column)}" for f in User._meta.concrete_fields]
     roles = [
         f"EXISTS (SELECT 1 FROM {quote(memberships.db_table)} m JOIN "  # noqa: S608
         f"{quote(Group._meta.db_table)} g ON g.{quote('id')} = m.{quote('group_id')} "
-        f"WHERE m.{quote('user_id')} = u.{quote('id')} AND g.{quote('name')} = %s)"
+        f"WHERE m.{quote('user_id')} = u.{quote(user_id)} AND g.{quote('name')} = %s)"
         for _ in Role]
     # No ORDER BY: the key finds one row or a few, each compared by the caller.
     return (f"SELECT {', '.join(columns + roles)} "  # noqa: S608 (names from the models)
             f"FROM {quote(ApiToken._meta.db_table)} t JOIN {quote(User._meta.db_table)} u "
-            f"ON u.{quote('id')} = t.{quote(ApiToken._meta.get_field('user').column)} "
+            f"ON u.{quote(user_id)} = t.{quote(token_user)} "
             f"WHERE t.{quote('token_key')} = %s")
-
-
-class _Rows:
-    """Makes a model's instances of its columns read by hand, as the ORM makes them: each
-    value through the converters the ORM would apply (the backend's and the field's)."""
-
-    # Per model and database: the converters are the vendor's; the connection each one
-    # is given is the caller's own (connections are per thread).
-    _made: dict[tuple[type, str], "_Rows"] = {}
-
-    def __init__(self, model: type, connection: Any) -> None:
-        self.model, self.alias = model, connection.alias
-        fields = model._meta.concrete_fields
-        self.names = [field.attname for field in fields]
-        self.width = len(fields)
-        self.converters = []
-        for field in fields:
-            column = field.get_col(model._meta.db_table)
-            self.converters.append((column, [*connection.ops.get_db_converters(column),
-                                             *field.get_db_converters(connection)]))
-
-    @classmethod
-    def of(cls, model: type, connection: Any) -> "_Rows":
-        key = (model, connection.alias)
-        if key not in cls._made:
-            cls._made[key] = cls(model, connection)
-        return cls._made[key]
-
-    def instance(self, values: tuple[Any, ...], connection: Any) -> Any:
-        converted = []
-        for value, (column, converters) in zip(values, self.converters, strict=True):
-            for converter in converters:
-                value = converter(value, column, connection)
-            converted.append(value)
-        return self.model.from_db(self.alias, self.names, converted)
 
 
 def _use_note(token: ApiToken, now: datetime.datetime) -> None:

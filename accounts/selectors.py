@@ -29,11 +29,11 @@ def user_roles(*, user: User) -> set[Role]:
 ROLES_CACHE = "_inbox_roles"
 
 
-
 def roles_remember(*, user: User, roles: Iterable[Role]) -> None:
     """Remember on user the roles a hot path read with the user (an API token's sign-in
     reads them in the token's query), so user_roles asks no query of its own."""
     setattr(user, ROLES_CACHE, frozenset(roles))
+
 
 def user_has_role(*, user: User, role: Role) -> bool:
     """Return whether the user holds the role."""

@@ -31,6 +31,7 @@ from django.utils import timezone
 
 from accounts.models import Skill, User, WorkerSkill
 from config.errors import Conflict, InboxError, NotFound
+from config.rows import ModelRows
 from inbox import effects
 from inbox.bulk import rows_update
 from inbox.effects import Effect
@@ -734,8 +735,9 @@ def take_next_applied(*, worker: User, skill: str | None = None) -> Task | None:
         found = cursor.fetchone()
     if found is None:
         return None
-    task = _from_row(Task, found[:len(_TASK_FIELDS)], connection)
-    task.skill = _from_row(Skill, found[len(_TASK_FIELDS):-1], connection)
+    task = ModelRows.of(Task, connection).instance(found[:len(_TASK_FIELDS)], connection)
+    task.skill = ModelRows.of(Skill, connection).instance(found[len(_TASK_FIELDS):-1],
+                                                          connection)
     task.assignee = worker
     task.events_read = _history_read(found[-1], task_id=task.pk, connection=connection)
     if signal:
@@ -768,15 +770,6 @@ def _history_read(history: Any, *, task_id: Any, connection: Any) -> list[TaskEv
         events.append(TaskEvent.from_db(connection.alias, _EVENT_NAMES,
                                         [row[name] for name in _EVENT_NAMES]))
     return events
-
-
-def _from_row(model: type, values: tuple[Any, ...], connection: Any) -> Any:
-    """Return the model instance of a row read by hand, its values as the ORM reads them."""
-    fields = model._meta.concrete_fields
-    return model.from_db(connection.alias, [field.attname for field in fields], [
-        # What the ORM does to a column read back (JSON text to Python, on psycopg).
-        field.from_db_value(value, None, connection) if hasattr(field, "from_db_value")
-        else value for field, value in zip(fields, values, strict=True)])
 
 
 def _skills_load(tasks: list[Task]) -> None:

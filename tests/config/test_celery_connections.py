@@ -22,10 +22,6 @@ class _Task:
         self.request = SimpleNamespace(is_eager=eager)
 
 
-def _task(*, eager: bool) -> _Task:
-    return _Task(eager=eager)
-
-
 def _around_a_task(fixup: DjangoWorkerFixup, task: _Task) -> None:
     """What a worker runs before and after each task: the fixup's handlers, then the
     signals' receivers (ours among them)."""
@@ -43,7 +39,7 @@ def test_a_task_keeps_the_worker_s_connection(transactional_db):
     connection.close_at = time.monotonic() + 60  # as CONN_MAX_AGE=60 set it on connect
     before = connection.connection
     for _ in range(3):
-        _around_a_task(fixup, _task(eager=False))
+        _around_a_task(fixup, _Task(eager=False))
         with connection.cursor() as cursor:
             cursor.execute("SELECT 1")
     assert connection.connection is before
@@ -54,7 +50,7 @@ def test_a_connection_past_its_age_is_closed_after_a_task(transactional_db):
     fixup = DjangoWorkerFixup(app)
     connection.ensure_connection()
     connection.close_at = time.monotonic() - 1  # CONN_MAX_AGE elapsed
-    _around_a_task(fixup, _task(eager=False))
+    _around_a_task(fixup, _Task(eager=False))
     assert connection.connection is None
 
 
@@ -65,7 +61,7 @@ def test_a_connection_left_in_error_and_unusable_is_closed(transactional_db):
     connection.close_at = time.monotonic() + 60
     connection.connection.close()  # the server went away under it
     connection.errors_occurred = True  # as Django marks it when a statement failed
-    _around_a_task(fixup, _task(eager=False))
+    _around_a_task(fixup, _Task(eager=False))
     assert connection.connection is None
 
 
@@ -74,7 +70,7 @@ def test_an_eager_task_leaves_its_caller_s_transaction_open(db):
     fixup = DjangoWorkerFixup(app)
     connection.ensure_connection()
     before = connection.connection
-    _around_a_task(fixup, _task(eager=True))
+    _around_a_task(fixup, _Task(eager=True))
     assert connection.connection is before
     assert connection.in_atomic_block
 

@@ -32,6 +32,16 @@ def _production_env(**overrides: str) -> dict[str, str]:
     return env
 
 
+def _production_print(script: str, **overrides: str) -> list[str]:
+    """Run script after django.setup() in a process with the production environment (and
+    overrides); return the words it printed (it must succeed)."""
+    env = _production_env(DJANGO_SETTINGS_MODULE="config.settings", **overrides)
+    result = subprocess.run([sys.executable, "-c", f"import django; django.setup(); {script}"],
+                            cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    return result.stdout.split()
+
+
 def _django(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "manage.py", *args],
@@ -195,28 +205,22 @@ def test_a_statement_run_again_and_again_is_prepared_on_the_server(db):
 
 @pytest.mark.postgres
 def test_server_side_binding_can_be_turned_off(db):
-    env = _production_env(DATABASE_SERVER_SIDE_BINDING="0",
-                          DJANGO_SETTINGS_MODULE="config.settings")
-    script = ("import django; django.setup(); from django.conf import settings; "
-              "o = settings.DATABASES['default']['OPTIONS']; "
-              "print(o.get('server_side_binding'), o.get('prepare_threshold'))")
-    result = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env,
-                            capture_output=True, text=True, timeout=60)
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.split() == ["None", "None"]
+    printed = _production_print(
+        "from django.conf import settings; o = settings.DATABASES['default']['OPTIONS']; "
+        "print(o.get('server_side_binding'), o.get('prepare_threshold'))",
+        DATABASE_SERVER_SIDE_BINDING="0")
+    assert printed == ["None", "None"]
 
 
 @pytest.mark.parametrize(("debug", "browsable"), [("false", False), ("true", True)])
 def test_the_browsable_api_is_served_only_in_debug(debug, browsable):
     """Production answers JSON only; DRF's HTML forms are a development convenience."""
-    env = _production_env(DJANGO_DEBUG=debug, DJANGO_SETTINGS_MODULE="config.settings")
-    script = ("import django; django.setup(); from rest_framework.settings import api_settings;"
-              " print(*sorted(r.__name__ for r in api_settings.DEFAULT_RENDERER_CLASSES))")
-    result = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env,
-                            capture_output=True, text=True, timeout=60)
-    assert result.returncode == 0, result.stderr
+    printed = _production_print(
+        "from rest_framework.settings import api_settings; "
+        "print(*sorted(r.__name__ for r in api_settings.DEFAULT_RENDERER_CLASSES))",
+        DJANGO_DEBUG=debug)
     expected = ["BrowsableAPIRenderer", "JSONRenderer"] if browsable else ["JSONRenderer"]
-    assert result.stdout.split() == expected
+    assert printed == expected
 
 
 def test_log_levels_set_one_logger_each():
