@@ -10,17 +10,20 @@ database 5).
 One real execution of a one-human-stage process runs on the local emulator; its envelope
 is the template of M copies, each with a fresh random token of the same length and its own
 execution ARN (the intake never calls Step Functions, so the tokens need not be live). The
-copies go on the emulator's intake queue three times, and each time the queue is emptied:
+copies go on the emulator's intake queue twice, and each time the queue is emptied:
 
 1. raw: a plain loop of ReceiveMessage (10, through processes.aws) and DeleteMessageBatch;
 2. intake: ``inbox.services.intake.intake_poll``, the function the Celery intake task calls, in a
    loop until the chunk's envelopes are tasks (intake_poll receives until a receive comes
-   back empty; wait_seconds=0, so no empty long poll is timed);
-3. raw again, to show the emulator's speed did not drift meanwhile.
+   back empty; wait_seconds=0, so no empty long poll is timed).
 
 The queue is filled and emptied in chunks of --depth envelopes, and only the emptying is
 timed: moto's SQS scans its whole queue on every receive and every delete, so with
 thousands waiting at once the emulator, not the loop, would set the pace (AWS does not).
+The two loops take turns chunk by chunk, the one that goes first alternating: the
+emulator's speed drifts by a tenth or more over a minute on this machine (seen in runs
+that timed the raw loop before and after the intake), and taking turns lets the drift
+fall on both alike. The ratio over each half of the chunks is printed too.
 
 It prints envelopes/s of each, the intake's share of the raw limit, the CPU time of this
 process per envelope (the emulator runs in its own process and is not counted), and how
@@ -77,24 +80,35 @@ def run(*, count: int, depth: int) -> None:
           f"characters, body of {len(json.dumps(template))} bytes")
 
     calls = _SqsCalls()
-    rounds = []
-    for name, drain in (("raw receive+delete", _raw_drain), ("intake_poll", _intake_drain),
-                        ("raw receive+delete (after)", _raw_drain)):
-        done, elapsed, cpu = 0, 0.0, 0.0
-        calls.reset()
-        for start in range(0, count, depth):
-            _fill(url=url, template=template, count=min(depth, count - start))
+    loops = (("raw receive+delete", _raw_drain), ("intake_poll", _intake_drain))
+    # Per loop: envelopes, seconds, CPU seconds, SQS calls, SQS seconds, and the seconds
+    # of each half of the chunks.
+    totals = {name: [0, 0.0, 0.0, 0, 0.0, [0.0, 0.0]] for name, _ in loops}
+    starts = range(0, count, depth)
+    for turn, start in enumerate(starts):
+        size = min(depth, count - start)
+        for name, drain in (loops if turn % 2 == 0 else loops[::-1]):
+            _fill(url=url, template=template, count=size)
+            calls.reset()
             cpu_started, started = time.process_time(), time.perf_counter()
             calls.on = True
-            done += drain(url=url, expected=min(depth, count - start))
+            done = drain(url=url, expected=size)
             calls.on = False
-            elapsed += time.perf_counter() - started
-            cpu += time.process_time() - cpu_started
+            elapsed = time.perf_counter() - started
+            total = totals[name]
+            total[0] += done
+            total[1] += elapsed
+            total[2] += time.process_time() - cpu_started
+            total[3] += calls.count
+            total[4] += calls.seconds
+            total[5][turn * 2 // len(starts)] += elapsed
+            _check_empty(url=url)
+    rounds = []
+    for name, (done, elapsed, cpu, sqs_calls, sqs_seconds, _) in totals.items():
         if done != count:
             raise RuntimeError(f"{name}: {done} envelopes handled, {count} expected")
-        _check_empty(url=url)
         rounds.append((name, count / elapsed, elapsed, cpu * 1000 / count,
-                       calls.count / count, calls.seconds / elapsed * 100))
+                       sqs_calls / count, sqs_seconds / elapsed * 100))
 
     created = Task.objects.count()
     if created != count or IntakeError.objects.exists():
@@ -103,11 +117,13 @@ def run(*, count: int, depth: int) -> None:
     print()
     print(table(["loop", "envelopes/s", "seconds", "CPU ms/envelope (this process)",
                  "SQS calls/envelope", "% of time in SQS calls"], rounds))
-    raw = (rounds[0][1] + rounds[2][1]) / 2
-    print(f"\nintake / raw limit (mean of both raw rounds): {rounds[1][1] / raw:.2f} "
-          f"({rounds[1][1]:.1f} vs {raw:.1f} envelopes/s)")
-    goal_print("intake / plain receive + delete, envelopes per second", rounds[1][1] / raw,
-               0.8, unit="x")
+    halves = [raw / intake for raw, intake in zip(totals["raw receive+delete"][5],
+                                                  totals["intake_poll"][5], strict=True)]
+    ratio = rounds[1][1] / rounds[0][1]
+    print(f"\nintake / raw limit, taking turns chunk by chunk: {ratio:.3f} "
+          f"({rounds[1][1]:.1f} vs {rounds[0][1]:.1f} envelopes/s); over the first and the "
+          f"second half of the chunks: {halves[0]:.3f}, {halves[1]:.3f}")
+    goal_print("intake / plain receive + delete, envelopes per second", ratio, 0.8, unit="x")
 
 
 class _SqsCalls:
