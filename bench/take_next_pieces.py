@@ -1,0 +1,230 @@
+"""Where a take's PostgreSQL time goes: the server CPU of the take-next function built up
+piece by piece, beside the raw claim, in one connection, one after the other.
+
+Usage (PostgreSQL only; makes and drops its own database, inbox_bench_take_pieces):
+    DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres .venv/bin/python \
+        bench/take_next_pieces.py [--tasks 300000] [--skills 20] [--calls 2000] [--rounds 5]
+
+PostgreSQL cannot be profiled from Python, so this bench measures instead: each variant is
+a PL/pgSQL function (in the session's pg_temp schema, so nothing is installed) that does
+what the one before it did and one piece more, and each is timed by the CPU its backend
+used (user + system, from /proc: the server runs on this machine) over --calls takes:
+
+1. the raw claim: one UPDATE ... WHERE id = (SELECT ... FOR UPDATE SKIP LOCKED), no function;
+2. the same claim inside a function that returns the task's row;
+3. + the worker's row lock (active, the worker role), as the real function begins;
+4. + the weighted capacity sum over the tasks the worker holds;
+5. + the hash-chained event (the SHA-256 of the previous head and the change);
+6. the migration's function itself (inbox_take_next_history: + the separation-of-duties
+   test and the history answered as JSON), only the task's id read;
+7. the statement inbox.lifecycle.take_next_applied runs: the task's 45 columns and its
+   skill joined, and the history.
+
+Every take takes a task never taken before (no history grows between variants) by a worker
+holding 0 to 49 tasks, as the closed loop's workers do on average; the variants take
+turns round by round (--rounds), so the machine's drift falls on all alike, and the
+median over rounds is printed with the spread.
+"""
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _common import (
+    bench_environment,
+    bench_version_record,
+    cycle,
+    libpq_url,
+    machine_print,
+    scratch_database,
+    skills_create,
+    table,
+    tasks_insert,
+    workers_create,
+)
+
+DATABASE = "inbox_bench_take_pieces"
+TAKES_PER_WORKER = 50  # Of the capacity 100: the closed loop's average holding.
+
+RAW = """
+UPDATE inbox_task
+   SET state = 'in_progress', assignee_id = %(worker)s, version = version + 1,
+       work_deadline = now() + interval '30 minutes'
+ WHERE id = (SELECT id FROM inbox_task
+              WHERE skill_id = %(skill)s AND state = 'queued' AND min_proficiency <= 3
+              ORDER BY priority DESC, created_at
+              LIMIT 1 FOR UPDATE SKIP LOCKED)
+RETURNING id
+"""
+HEAD = """
+CREATE OR REPLACE FUNCTION pg_temp.take_piece(p_worker bigint, p_skill bigint,
+    p_now timestamptz, p_label text, p_label_json text)
+RETURNS TABLE (taken inbox_task, taken_history jsonb) LANGUAGE plpgsql ROWS 1 AS $$
+DECLARE
+    v_task inbox_task;
+    v_free integer;
+    v_prev text;
+    v_deadline timestamptz;
+    v_hash text;
+BEGIN
+"""
+LOCK = """
+    SELECT u.capacity INTO v_free FROM accounts_user u
+     WHERE u.id = p_worker AND u.is_active
+       AND (u.is_superuser OR EXISTS (
+            SELECT 1 FROM accounts_user_groups ug JOIN auth_group g ON g.id = ug.group_id
+             WHERE ug.user_id = u.id AND g.name = 'worker'))
+       FOR UPDATE OF u;
+"""
+CAPACITY = """
+    SELECT v_free - COALESCE(sum(s.weight), 0) INTO v_free
+      FROM inbox_task t JOIN accounts_skill s ON s.id = t.skill_id
+     WHERE t.assignee_id = p_worker AND t.state IN ('offered', 'in_progress');
+"""
+PICK = """
+    SELECT t.* INTO v_task FROM inbox_task t
+     WHERE t.skill_id = p_skill AND t.state = 'queued' AND t.min_proficiency <= 3
+     ORDER BY t.priority DESC, t.created_at
+     LIMIT 1 FOR UPDATE SKIP LOCKED;
+    v_prev := v_task.chain_head;
+    v_deadline := p_now + make_interval(secs => v_task.work_seconds);
+"""
+HASH = """
+    v_hash := encode(sha256(convert_to(
+        '["' || v_prev || '","' || v_task.id::text || '",' || (v_task.version + 1)::text
+        || ',"take_next","queued","in_progress",' || p_label_json || ',"",'
+        || '{"work_deadline":"' || inbox_isoformat(v_deadline) || '"},"'
+        || inbox_isoformat(p_now) || '"]', 'UTF8')), 'hex');
+"""
+UPDATE = """
+    UPDATE inbox_task
+       SET state = 'in_progress', assignee_id = p_worker, offer_deadline = NULL,
+           work_deadline = v_deadline, version = version + 1,
+           chain_head = COALESCE(v_hash, chain_head)
+     WHERE id = v_task.id
+    RETURNING * INTO v_task;
+"""
+EVENT = """
+    INSERT INTO inbox_taskevent (task_id, version, action, from_state, to_state, actor_id,
+                                 actor_label, reason, data, at, prev_hash, hash)
+    VALUES (v_task.id, v_task.version, 'take_next', 'queued', 'in_progress', p_worker,
+            p_label, '', jsonb_build_object('work_deadline', inbox_isoformat(v_deadline)),
+            p_now, v_prev, v_hash);
+"""
+TAIL = """
+    taken := v_task;
+    taken_history := NULL;  -- the shape of the real function's answer, without its history
+    RETURN NEXT;
+END;
+$$;
+"""
+PIECE_CALL = ("SELECT (r.taken).id FROM pg_temp.take_piece(%(worker)s, %(skill)s, now(), "
+              "%(label)s, %(label_json)s) r")
+FUNCTION_CALL = ("SELECT (r.taken).id FROM inbox_take_next_history(%(worker)s, NULL, now(), "
+                 "%(label)s, %(label_json)s, false) r")
+# Each variant: its name, the function to create first (or None) and the statement of a take.
+VARIANTS = [
+    ("1. raw claim (one UPDATE ... SKIP LOCKED)", None, RAW),
+    ("2. the claim in a PL/pgSQL function", HEAD + PICK + UPDATE + TAIL, PIECE_CALL),
+    ("3. + the worker's row lock and role", HEAD + LOCK + PICK + UPDATE + TAIL, PIECE_CALL),
+    ("4. + the weighted capacity sum", HEAD + LOCK + CAPACITY + PICK + UPDATE + TAIL,
+     PIECE_CALL),
+    ("5. + the hash-chained event",
+     HEAD + LOCK + CAPACITY + PICK + HASH + UPDATE + EVENT + TAIL, PIECE_CALL),
+    ("6. inbox_take_next_history (+ separation of duties, history)", None, FUNCTION_CALL),
+]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tasks", type=int, default=300_000)
+    parser.add_argument("--skills", type=int, default=20)
+    parser.add_argument("--calls", type=int, default=2000, help="takes per variant per round")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--quick", action="store_true",
+                        help="small sizes for a smoke check (explicit options win)")
+    if "--quick" in sys.argv[1:]:
+        parser.set_defaults(tasks=60_000, calls=500, rounds=2)
+    args = parser.parse_args()
+
+    bench_environment()
+    machine_print()
+    with scratch_database(DATABASE):
+        run(args)
+
+
+def run(args: argparse.Namespace) -> None:
+    import psycopg
+    from django.db import connection
+
+    from accounts.models import User
+    from inbox.lifecycle import _TAKEN_COLUMNS
+
+    variants = [*VARIANTS, (
+        "7. as take_next_applied runs it (45 columns, the skill joined)", None,
+        f"SELECT {_TAKEN_COLUMNS}, r.taken_history "  # the models' own column names
+        "FROM inbox_take_next_history(%(worker)s, NULL, now(), %(label)s, %(label_json)s, "
+        "false) r JOIN accounts_skill s ON s.id = (r.taken).skill_id")]
+    takes = len(variants) * args.rounds * args.calls
+    if takes > args.tasks:
+        raise SystemExit(f"{takes:,} takes need as many tasks: raise --tasks")
+    skills = skills_create(args.skills)
+    bench_version_record()
+    with connection.cursor() as cursor:
+        tasks_insert(cursor, count=args.tasks, skill_id=cycle(skills))
+    count = -(-takes // TAKES_PER_WORKER)
+    ids = workers_create(count, skills_of=lambda i: [skills[i % len(skills)]], capacity=100)
+    skill_of = {worker: skills[i % len(skills)] for i, worker in enumerate(ids)}
+    emails = dict(User.objects.filter(pk__in=ids).values_list("pk", "email"))
+    with connection.cursor() as cursor:
+        cursor.execute("VACUUM ANALYZE")
+    print(f"\n{args.tasks:,} queued tasks over {args.skills} skills; {count:,} workers, each "
+          f"taking {TAKES_PER_WORKER} in a row; {args.calls:,} takes per variant per round, "
+          f"{args.rounds} rounds, one connection, statements prepared")
+
+    order = iter(range(takes))
+    samples: dict[str, list[float]] = {name: [] for name, _, _ in variants}
+    with psycopg.connect(libpq_url(), autocommit=True, prepare_threshold=1) as conn:
+        cursor = conn.cursor()
+        for _ in range(args.rounds):
+            for name, function, statement in variants:
+                if function:
+                    cursor.execute(function)
+                started = _backend_cpu_ms(cursor)
+                for _ in range(args.calls):
+                    worker = ids[next(order) // TAKES_PER_WORKER]
+                    params = {"worker": worker, "skill": skill_of[worker],
+                              "label": emails[worker], "label_json": f'"{emails[worker]}"'}
+                    if cursor.execute(statement, params).fetchone() is None:
+                        raise SystemExit(f"{name}: nothing taken (worker {worker})")
+                samples[name].append((_backend_cpu_ms(cursor) - started) / args.calls)
+    raw = statistics.median(samples[variants[0][0]])
+    rows = []
+    previous = None
+    for name, _, _ in variants:
+        median = statistics.median(samples[name])
+        rows.append([name, f"{median:.3f}", f"{min(samples[name]):.3f}",
+                     f"{max(samples[name]):.3f}",
+                     "" if previous is None else f"{median - previous:+.3f}",
+                     f"{median / raw:.2f}x"])
+        previous = median
+    print("\nPostgreSQL CPU per take (ms), median of the rounds and their spread:")
+    print(table(["variant", "median", "min", "max", "vs the row above", "vs raw"], rows))
+
+
+def _backend_cpu_ms(cursor) -> float:
+    """CPU ms (user + system) used so far by the PostgreSQL backend of cursor's connection."""
+    cursor.execute("SELECT pg_backend_pid()")
+    fields = Path(f"/proc/{cursor.fetchone()[0]}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) * 1000 / os.sysconf("SC_CLK_TCK")
+
+
+if __name__ == "__main__":
+    started = time.perf_counter()
+    main()
+    print(f"\n({time.perf_counter() - started:.0f} s)")
