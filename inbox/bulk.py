@@ -1,4 +1,4 @@
-"""Write the changed columns of many rows of one table in one statement.
+"""Write many rows of one table in one statement: their changed columns, or new rows.
 
 Django's ``bulk_update`` builds a ``CASE WHEN pk = ... THEN ...`` expression per row and
 column and resolves each one, which costs about a millisecond of CPU per row for a task's
@@ -7,8 +7,15 @@ PostgreSQL ``rows_update`` sends one ``UPDATE ... FROM unnest(...)`` instead, on
 parameter per column (the statement's text is the same for any number of rows), the values
 prepared by each field as Django would save them; elsewhere (SQLite) it is
 ``bulk_update``.
+
+``rows_insert`` does the same for new rows: Django's ``bulk_create`` cannot use its own
+``unnest`` form for a table with a binary column (the task's encrypted token), so it writes
+a ``VALUES`` row per instance, a statement whose text changes with the number of rows and
+whose parameters (45 a task) pass psycopg's cache limit, so both Django's compiler and
+psycopg's parser went through it again on every intake receive.
 """
 
+import functools
 from collections.abc import Sequence
 
 from django.db import connection, models
@@ -25,8 +32,7 @@ def rows_update(model: type[models.Model], rows: Sequence[models.Model],
     meta, quote = model._meta, connection.ops.quote_name
     columns = [meta.pk, *(meta.get_field(name) for name in fields)]
     names = [quote(field.column) for field in columns]
-    # Each array cast to its column's type: an array of NULLs alone would have none.
-    arrays = ", ".join(f"%s::{field.cast_db_type(connection)}[]" for field in columns)
+    arrays = ", ".join(f"%s::{_array_type(field)}" for field in columns)
     sets = ", ".join(f"{name} = v.{name}" for name in names[1:])
     with connection.cursor() as cursor:
         cursor.execute(
@@ -37,3 +43,50 @@ def rows_update(model: type[models.Model], rows: Sequence[models.Model],
             [[field.get_db_prep_save(getattr(row, field.attname), connection) for row in rows]
              for field in columns],
         )
+
+
+def rows_insert(model: type[models.Model], rows: Sequence[models.Model]) -> None:
+    """Insert new rows, their primary keys set in Python, as bulk_create would.
+
+    On PostgreSQL one ``INSERT ... SELECT * FROM unnest(...)``, one array per column, the
+    values prepared by each field as Django saves them (``pre_save`` first: the
+    auto_now_add clocks); elsewhere (SQLite), or when a value is an SQL expression, it is
+    ``bulk_create``. The rows are saved instances afterwards, as bulk_create leaves them.
+    """
+    if not rows:
+        return
+    if any(row.pk is None for row in rows):
+        raise ValueError(f"rows_insert: every {model.__name__} needs its primary key set")
+    if connection.vendor != "postgresql":
+        model.objects.bulk_create(rows)
+        return
+    fields = model._meta.concrete_fields
+    arrays = [[field.get_db_prep_save(field.pre_save(row, True), connection) for row in rows]
+              for field in fields]
+    if any(hasattr(value, "as_sql") for values in arrays for value in values):
+        model.objects.bulk_create(rows)  # a database default or an expression: Django's way
+        return
+    with connection.cursor() as cursor:
+        cursor.execute(_insert_sql(model), arrays)
+    for row in rows:
+        row._state.adding, row._state.db = False, connection.alias
+
+
+@functools.cache
+def _insert_sql(model: type[models.Model]) -> str:
+    """The insert statement of rows_insert for model (PostgreSQL), written once a process."""
+    meta, quote = model._meta, connection.ops.quote_name
+    names = ", ".join(quote(field.column) for field in meta.concrete_fields)
+    arrays = ", ".join(f"%s::{_array_type(field)}" for field in meta.concrete_fields)
+    # Only the model's own names are formatted in; every value is a parameter.
+    return f"INSERT INTO {quote(meta.db_table)} ({names}) SELECT * FROM unnest({arrays})"  # noqa: S608
+
+
+def _array_type(field: models.Field) -> str:
+    """The type of a column's array parameter: the column's own type, without its length.
+
+    Cast to it because an array of NULLs alone would have no type; without the length
+    (varchar, not varchar(64)) because an explicit cast to varchar(n) cuts a longer value
+    short without a word, where writing it to the column refuses it, as save() would.
+    """
+    return f"{field.db_type(connection).split('(')[0]}[]"

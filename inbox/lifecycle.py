@@ -33,7 +33,7 @@ from accounts.models import Skill, User, WorkerSkill
 from config.errors import Conflict, InboxError, NotFound
 from config.rows import ModelRows
 from inbox import effects
-from inbox.bulk import rows_update
+from inbox.bulk import rows_insert, rows_update
 from inbox.effects import Effect
 from inbox.history import event_new, event_save
 from inbox.models import (
@@ -884,7 +884,7 @@ def tasks_receive(rows: list[dict[str, Any]]) -> list[Task]:
                                 label=row.system, reason="", data=row.change(task, step),
                                 at=now))
         tasks.append(task)
-    Task.objects.bulk_create(tasks)
+    rows_insert(Task, tasks)
     # After the tasks, each with its chain head; the events' ids come back for the signals.
     TaskEvent.objects.bulk_create(events)
     signal = _signals_write(events, now=now)

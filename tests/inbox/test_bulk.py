@@ -1,12 +1,16 @@
-"""rows_update writes many rows' columns in one statement, as save() would write each."""
+"""rows_update writes many rows' columns in one statement, as save() would write each;
+rows_insert writes new rows in one statement, as bulk_create writes them."""
 
 import datetime
+import secrets
+import uuid
 
-from django.db import connection
+import pytest
+from django.db import DataError, connection, transaction
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from inbox.bulk import rows_update
+from inbox.bulk import rows_insert, rows_update
 from inbox.models import Task
 
 FIELDS = ["priority", "work_deadline", "answer", "assignee", "reason"]
@@ -53,3 +57,77 @@ def test_rows_update_of_nothing_sends_nothing(db):
     with CaptureQueriesContext(connection) as queries:
         rows_update(Task, [], FIELDS)
     assert len(queries) == 0
+
+
+def _copies(tasks: list[Task], **changes) -> list[Task]:
+    """New unsaved tasks with every column of tasks but the key and the token digest."""
+    copies = []
+    for task in tasks:
+        values = {field.attname: getattr(task, field.attname)
+                  for field in Task._meta.concrete_fields}
+        values.update(id=uuid.uuid4(), token_digest=secrets.token_hex(32), **changes)
+        copies.append(Task(**values))
+    return copies
+
+
+def _rows(tasks: list[Task]) -> list[tuple]:
+    """Every column of tasks but the key, the token digest and the insert's own clock, in
+    the tasks' order."""
+    names = [field.attname for field in Task._meta.concrete_fields
+             if field.attname not in ("id", "token_digest", "created_at")]
+    found = {row[0]: row[1:] for row in
+             Task.objects.filter(pk__in=[task.pk for task in tasks]).values_list("pk", *names)}
+    return [found[task.pk] for task in tasks]
+
+
+def test_rows_insert_writes_what_bulk_create_writes_in_one_statement(make_task):
+    made = [make_task(input={"n": [1, "é", None], "deep": {"x": "\"quoted\""}}),
+            make_task(priority=0), make_task(title="x" * 200)]
+    made[1].work_deadline = timezone.now().replace(microsecond=654321)
+    made[2].answer = None
+    inserted, created = _copies(made), _copies(made)
+    for one, two in zip(inserted, created, strict=True):
+        one.execution_arn = two.execution_arn = f"{one.execution_arn}-copy-{uuid.uuid4()}"
+
+    with CaptureQueriesContext(connection) as queries:
+        rows_insert(Task, inserted)
+    Task.objects.bulk_create(created)
+
+    assert len(queries) == 1
+    assert _rows(inserted) == _rows(created)
+    # The clocks auto_now_add keeps are stamped at the insert, as bulk_create stamps them.
+    assert all(task.created_at > source.created_at for task, source in zip(inserted, made,
+                                                                           strict=True))
+    assert bytes(Task.objects.get(pk=inserted[0].pk).token_ciphertext) == bytes(
+        made[0].token_ciphertext)
+    # Saved instances, as bulk_create leaves them: a save() now updates.
+    assert not any(task._state.adding for task in inserted)
+    inserted[0].reason = "changed"
+    inserted[0].save(update_fields=["reason"])
+    assert Task.objects.get(pk=inserted[0].pk).reason == "changed"
+
+
+@pytest.mark.postgres  # SQLite does not hold a varchar to its length
+def test_rows_insert_refuses_a_value_too_long_as_bulk_create_does(make_task):
+    """A value longer than its column is refused, never cut short by the array's cast."""
+    [task] = _copies([make_task()], stage="s" * 300)
+    with pytest.raises(DataError), transaction.atomic():
+        rows_insert(Task, [task])
+    assert not Task.objects.filter(pk=task.pk).exists()
+
+
+@pytest.mark.postgres  # SQLite does not hold a varchar to its length
+def test_rows_update_refuses_a_value_too_long_as_save_does(make_task):
+    task = make_task()
+    task.stage = "s" * 300
+    with pytest.raises(DataError), transaction.atomic():
+        rows_update(Task, [task], ["stage"])
+    assert Task.objects.get(pk=task.pk).stage == "review"
+
+
+def test_rows_insert_of_nothing_sends_nothing_and_a_row_without_a_key_is_refused(db):
+    with CaptureQueriesContext(connection) as queries:
+        rows_insert(Task, [])
+    assert len(queries) == 0
+    with pytest.raises(ValueError, match="primary key"):
+        rows_insert(Task, [Task(id=None)])
