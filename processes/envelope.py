@@ -48,20 +48,37 @@ def _checker(kind: str) -> jsonschema_rs.Draft202012Validator:
     return jsonschema_rs.Draft202012Validator(_validator(kind).schema)
 
 
-def _schema_valid(kind: str, message: dict[str, Any]) -> bool:
-    """Return True when the compiled checker finds message valid; False means "ask the
-    Python validator", which decides (and says why).
+def _schema_verdict(kind: str, message: dict[str, Any]) -> bool | None:
+    """Return the compiled checker's verdict on message: True valid, False refused, None
+    when it cannot take a value (a lone surrogate, a NaN, an integer past 64 bits).
 
-    The checker is never more lenient than the Python validator on the envelope schemas
-    (tests/processes/test_envelope_checker.py); where it is stricter (Rust's "$" does not
-    match before a final newline, Python's does) the Python validator has the last word,
-    so the answer is the same as without it. A value it cannot take (a lone surrogate, a
-    NaN, an integer past 64 bits) is left to the Python validator too.
+    Valid is final. On a refusal (or None) the Python validator runs and words what is
+    wrong; the checker is never more lenient than it on the envelope schemas
+    (tests/processes/test_envelope_checker.py). Where it is stricter, it is right: JSON
+    Schema's patterns are ECMA-262's, whose "$" ends the text, while Python's re.search
+    lets "$" match before a final newline ("review\\n" would pass as a skill).
     """
     try:
         return _checker(kind).is_valid(message)
     except (ValueError, TypeError, OverflowError):
-        return False
+        return None
+
+
+def _strict_problems(kind: str, message: dict[str, Any], *, besides: set[str]) -> list[str]:
+    """Return the checker's refusals as "path: rule" lines at the paths not in besides (where
+    the Python validator found nothing); never the offending value (the checker's own
+    messages quote it)."""
+    problems = []
+    for error in _checker(kind).iter_errors(message):
+        where = ".".join(str(part) for part in error.instance_path) or "(top)"
+        if where in besides:
+            continue
+        if isinstance(error.kind, jsonschema_rs.ValidationErrorKind.Pattern):
+            rule = f"must match {error.kind.pattern} (no final line break)"
+        else:
+            rule = f"breaks the {error.kind.name} rule"
+        problems.append(f"{where}: {rule}")
+    return problems
 
 
 def envelope_schema(kind: str) -> dict[str, Any]:
@@ -93,10 +110,16 @@ def envelope_problems(message: Any) -> list[str]:
     if kind not in KINDS:
         return [f"kind: must be one of {', '.join(sorted(KINDS))}"]
     problems = []
-    errors = [] if _schema_valid(kind, message) else _validator(kind).iter_errors(message)
-    for error in sorted(errors, key=lambda e: list(e.path)):
+    verdict = _schema_verdict(kind, message)
+    errors = [] if verdict else sorted(_validator(kind).iter_errors(message),
+                                       key=lambda e: list(e.path))
+    reported = set()
+    for error in errors:
         where = ".".join(str(part) for part in error.path) or "(top)"
+        reported.add(where)
         problems.append(f"{where}: {_rule(error)}")
+    if verdict is False:
+        problems.extend(_strict_problems(kind, message, besides=reported))
     if isinstance(message.get("input"), dict):
         problems.extend(_input_problems(message["input"]))
     problems.extend(_text_problems(message))

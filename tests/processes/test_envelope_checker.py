@@ -75,17 +75,39 @@ def test_the_checker_refuses_every_envelope_the_python_validator_refuses(kind, v
     rules = {error.validator for mutated in refused for error in python.iter_errors(mutated)}
     assert rules >= {"type", "required", "additionalProperties", "minimum"}
     assert len(refused) > 100
-    lenient = [json.dumps(mutated) for mutated in refused if module._schema_valid(kind, mutated)]
+    lenient = [json.dumps(mutated) for mutated in refused
+               if module._schema_verdict(kind, mutated) is True]
     assert lenient == []
 
 
-def test_where_the_checker_is_stricter_the_python_validator_decides():
-    """Rust's "$" does not match before a final newline, Python's does: the checker says
-    no, and the answer is still the Python validator's (no schema problem)."""
+def test_a_final_line_break_is_refused_as_json_schema_patterns_mean_it():
+    """JSON Schema's patterns are ECMA-262's: "$" ends the text. Python's re.search lets it
+    match before a final line break, so the Python validator alone let "review\\n" pass
+    as a skill; the checker refuses it, and the refusal says where and why."""
     message = envelope(skill="review\n")
-    assert not module._checker(HUMAN_TASK).is_valid(message)
     assert module._validator(HUMAN_TASK).is_valid(message)
-    assert envelope_problems(message) == []
+    assert module._schema_verdict(HUMAN_TASK, message) is False
+    assert envelope_problems(message) == [
+        "skill: must match ^[a-z][a-z0-9-]{0,63}$ (no final line break)"]
+
+
+def test_the_checkers_refusals_join_the_python_validators_once_each():
+    message = envelope(form="approve-reject\n", priority="high")
+    del message["stage"]
+    assert envelope_problems(message) == [
+        "(top): required field(s) missing: stage",
+        "priority: must be of type integer",
+        "form: must match ^[a-z][a-z0-9-]{0,63}$ (no final line break)",
+    ]
+
+
+def test_a_value_the_checker_cannot_take_is_left_to_the_python_validator():
+    """A lone surrogate or a NaN: no verdict from the checker (or a refusal), and the
+    Python validator's answer and the text checks stand."""
+    assert envelope_problems(envelope(priority=float("nan"))) == [
+        "priority: must be of type integer"]
+    assert envelope_problems(envelope(title="\ud800")) == [
+        "title: must be valid Unicode (it holds a lone surrogate)"]
 
 
 def test_a_valid_envelope_is_never_read_by_the_python_validator(monkeypatch):
