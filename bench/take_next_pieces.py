@@ -47,20 +47,11 @@ from _common import (
     tasks_insert,
     workers_create,
 )
+from take_next import RAW_TAKE
 
 DATABASE = "inbox_bench_take_pieces"
 TAKES_PER_WORKER = 50  # Of the capacity 100: the closed loop's average holding.
 
-RAW = """
-UPDATE inbox_task
-   SET state = 'in_progress', assignee_id = %(worker)s, version = version + 1,
-       work_deadline = now() + interval '30 minutes'
- WHERE id = (SELECT id FROM inbox_task
-              WHERE skill_id = %(skill)s AND state = 'queued' AND min_proficiency <= 3
-              ORDER BY priority DESC, created_at
-              LIMIT 1 FOR UPDATE SKIP LOCKED)
-RETURNING id
-"""
 HEAD = """
 CREATE OR REPLACE FUNCTION pg_temp.take_piece(p_worker bigint, p_skill bigint,
     p_now timestamptz, p_label text, p_label_json text)
@@ -71,20 +62,8 @@ DECLARE
     v_prev text;
     v_deadline timestamptz;
     v_hash text;
+    v_event bigint;
 BEGIN
-"""
-LOCK = """
-    SELECT u.capacity INTO v_free FROM accounts_user u
-     WHERE u.id = p_worker AND u.is_active
-       AND (u.is_superuser OR EXISTS (
-            SELECT 1 FROM accounts_user_groups ug JOIN auth_group g ON g.id = ug.group_id
-             WHERE ug.user_id = u.id AND g.name = 'worker'))
-       FOR UPDATE OF u;
-"""
-CAPACITY = """
-    SELECT v_free - COALESCE(sum(s.weight), 0) INTO v_free
-      FROM inbox_task t JOIN accounts_skill s ON s.id = t.skill_id
-     WHERE t.assignee_id = p_worker AND t.state IN ('offered', 'in_progress');
 """
 PICK = """
     SELECT t.* INTO v_task FROM inbox_task t
@@ -94,13 +73,6 @@ PICK = """
     v_prev := v_task.chain_head;
     v_deadline := p_now + make_interval(secs => v_task.work_seconds);
 """
-HASH = """
-    v_hash := encode(sha256(convert_to(
-        '["' || v_prev || '","' || v_task.id::text || '",' || (v_task.version + 1)::text
-        || ',"take_next","queued","in_progress",' || p_label_json || ',"",'
-        || '{"work_deadline":"' || inbox_isoformat(v_deadline) || '"},"'
-        || inbox_isoformat(p_now) || '"]', 'UTF8')), 'hex');
-"""
 UPDATE = """
     UPDATE inbox_task
        SET state = 'in_progress', assignee_id = p_worker, offer_deadline = NULL,
@@ -108,13 +80,6 @@ UPDATE = """
            chain_head = COALESCE(v_hash, chain_head)
      WHERE id = v_task.id
     RETURNING * INTO v_task;
-"""
-EVENT = """
-    INSERT INTO inbox_taskevent (task_id, version, action, from_state, to_state, actor_id,
-                                 actor_label, reason, data, at, prev_hash, hash)
-    VALUES (v_task.id, v_task.version, 'take_next', 'queued', 'in_progress', p_worker,
-            p_label, '', jsonb_build_object('work_deadline', inbox_isoformat(v_deadline)),
-            p_now, v_prev, v_hash);
 """
 TAIL = """
     taken := v_task;
@@ -127,17 +92,51 @@ PIECE_CALL = ("SELECT (r.taken).id FROM pg_temp.take_piece(%(worker)s, %(skill)s
               "%(label)s, %(label_json)s) r")
 FUNCTION_CALL = ("SELECT (r.taken).id FROM inbox_take_next_history(%(worker)s, NULL, now(), "
                  "%(label)s, %(label_json)s, false) r")
-# Each variant: its name, the function to create first (or None) and the statement of a take.
-VARIANTS = [
-    ("1. raw claim (one UPDATE ... SKIP LOCKED)", None, RAW),
-    ("2. the claim in a PL/pgSQL function", HEAD + PICK + UPDATE + TAIL, PIECE_CALL),
-    ("3. + the worker's row lock and role", HEAD + LOCK + PICK + UPDATE + TAIL, PIECE_CALL),
-    ("4. + the weighted capacity sum", HEAD + LOCK + CAPACITY + PICK + UPDATE + TAIL,
-     PIECE_CALL),
-    ("5. + the hash-chained event",
-     HEAD + LOCK + CAPACITY + PICK + HASH + UPDATE + EVENT + TAIL, PIECE_CALL),
-    ("6. inbox_take_next_history (+ separation of duties, history)", None, FUNCTION_CALL),
-]
+
+
+def _statement(function: str, start: str, end: str) -> str:
+    """Return the statement of function's body from the line beginning with start to the
+    line ending with end: the pieces are the migration's own text, never a copy of it."""
+    first = function.find(f"    {start}")
+    last = function.find(end, first)
+    if first < 0 or last < 0:
+        raise SystemExit(f"take_next_pieces: no statement {start!r} ... {end!r} in the "
+                         "take-next function of migration 0012: update the bench")
+    return function[first:last + len(end)] + "\n"
+
+
+def variants_build() -> list[tuple[str, str | None, str]]:
+    """Each variant: its name, the function to create first (or None), a take's statement.
+
+    The worker's lock, the capacity sum, the hash and the event are cut from migration
+    0012's function; the claim (by the skill given, as the raw claim does) and its UPDATE
+    are the bench's, so that the variants before the hash run without one.
+    """
+    from importlib import import_module
+
+    from inbox.lifecycle import _TAKEN_COLUMNS
+
+    function = import_module("inbox.migrations.0012_take_next_history").CREATE
+    lock = _statement(function, "SELECT u.capacity INTO v_free", "FOR UPDATE OF u;")
+    capacity = _statement(function, "SELECT v_free - COALESCE", "'in_progress');")
+    hashed = _statement(function, "v_hash := encode(", "'hex');")
+    event = _statement(function, "INSERT INTO inbox_taskevent", "RETURNING id INTO v_event;")
+    return [
+        ("1. raw claim (one UPDATE ... SKIP LOCKED)", None, RAW_TAKE),
+        ("2. the claim in a PL/pgSQL function", HEAD + PICK + UPDATE + TAIL, PIECE_CALL),
+        ("3. + the worker's row lock and role", HEAD + lock + PICK + UPDATE + TAIL,
+         PIECE_CALL),
+        ("4. + the weighted capacity sum", HEAD + lock + capacity + PICK + UPDATE + TAIL,
+         PIECE_CALL),
+        ("5. + the hash-chained event",
+         HEAD + lock + capacity + PICK + hashed + UPDATE + event + TAIL, PIECE_CALL),
+        ("6. inbox_take_next_history (+ separation of duties, history)", None,
+         FUNCTION_CALL),
+        ("7. as take_next_applied runs it (45 columns, the skill joined)", None,
+         f"SELECT {_TAKEN_COLUMNS}, r.taken_history "  # the models' own column names
+         "FROM inbox_take_next_history(%(worker)s, NULL, now(), %(label)s, "
+         "%(label_json)s, false) r JOIN accounts_skill s ON s.id = (r.taken).skill_id"),
+    ]
 
 
 def main() -> None:
@@ -163,13 +162,8 @@ def run(args: argparse.Namespace) -> None:
     from django.db import connection
 
     from accounts.models import User
-    from inbox.lifecycle import _TAKEN_COLUMNS
 
-    variants = [*VARIANTS, (
-        "7. as take_next_applied runs it (45 columns, the skill joined)", None,
-        f"SELECT {_TAKEN_COLUMNS}, r.taken_history "  # the models' own column names
-        "FROM inbox_take_next_history(%(worker)s, NULL, now(), %(label)s, %(label_json)s, "
-        "false) r JOIN accounts_skill s ON s.id = (r.taken).skill_id")]
+    variants = variants_build()
     takes = len(variants) * args.rounds * args.calls
     if takes > args.tasks:
         raise SystemExit(f"{takes:,} takes need as many tasks: raise --tasks")
