@@ -27,7 +27,6 @@ median over rounds is printed with the spread.
 """
 
 import argparse
-import os
 import statistics
 import sys
 import time
@@ -47,7 +46,7 @@ from _common import (
     tasks_insert,
     workers_create,
 )
-from take_next import RAW_TAKE
+from take_next import RAW_TAKE, _backend_cpu_ms
 
 DATABASE = "inbox_bench_take_pieces"
 TAKES_PER_WORKER = 50  # Of the capacity 100: the closed loop's average holding.
@@ -209,13 +208,6 @@ def run(args: argparse.Namespace) -> None:
         previous = median
     print("\nPostgreSQL CPU per take (ms), median of the rounds and their spread:")
     print(table(["variant", "median", "min", "max", "vs the row above", "vs raw"], rows))
-
-
-def _backend_cpu_ms(cursor) -> float:
-    """CPU ms (user + system) used so far by the PostgreSQL backend of cursor's connection."""
-    cursor.execute("SELECT pg_backend_pid()")
-    fields = Path(f"/proc/{cursor.fetchone()[0]}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) * 1000 / os.sysconf("SC_CLK_TCK")
 
 
 if __name__ == "__main__":
