@@ -189,12 +189,19 @@ def scratch_database(name: str, *, keep: bool = False) -> Iterator[str]:
 # Bulk loading ---------------------------------------------------------------------------
 
 
-def tasks_insert(cursor: "object", *, count: int, start: int = 1,
+def tasks_insert(cursor: "object", *, count: int, start: int = 1, history: bool = False,
                  **columns: str) -> None:
     """Insert count tasks with one INSERT ... SELECT generate_series(start, start+count-1).
 
     Each keyword overrides a column's SQL expression of TASK_DEFAULTS (n is the row
     number); skill_id has no usable default and must be given.
+
+    history: each task also gets the "receive" event intake writes (PostgreSQL only),
+    hash-chained as inbox.history.event_hash chains it and named by the task's chain
+    head, so inbox.history.events_verify accepts it. A bench whose takes read a task's
+    history needs this: in production every task has its events, and a planner that
+    sees an empty event table plans a sequential scan of it, which the session's plan
+    cache then keeps while the table grows under the bench.
     """
     unknown = set(columns) - set(TASK_DEFAULTS)
     if unknown:
@@ -202,13 +209,48 @@ def tasks_insert(cursor: "object", *, count: int, start: int = 1,
     expressions = {**TASK_DEFAULTS, **columns}
     if expressions["skill_id"] == "NULL":
         raise ValueError("tasks_insert needs skill_id (an SQL expression of n).")
+    rows = f"generate_series({int(start)}::bigint, {int(start) + int(count) - 1}::bigint) AS n"
+    if history:
+        if expressions["version"] != "1" or expressions["state"] != "'queued'":
+            raise ValueError("history=True seeds each task's receive event: the tasks "
+                             "must be queued at version 1.")
+        # The hashed columns, computed once per row, so the head and the event agree.
+        hashed = {"id": "id", "created_at": "created_at",
+                  "overall_deadline": "overall_deadline"}
+        rows = (f"(SELECT n, {expressions['id']} AS id, {expressions['created_at']} AS "
+                f"created_at, {expressions['overall_deadline']} AS overall_deadline "
+                f"FROM {rows}) AS g")
+        expressions = {**expressions, **hashed, "chain_head": _receive_hash()}
     names = ", ".join(expressions)
     values = ",\n       ".join(expressions.values())
     # No query parameters: the expressions may use % (modulo) freely.
-    cursor.execute(
-        f"INSERT INTO inbox_task ({names})\nSELECT {values}\n"
-        f"FROM generate_series({int(start)}::bigint, {int(start) + int(count) - 1}::bigint) AS n"
-    )
+    cursor.execute(f"INSERT INTO inbox_task ({names})\nSELECT {values}\nFROM {rows}")
+    if history:
+        from inbox.models import GENESIS_HASH
+
+        # The tasks just inserted: a head but no event yet (start may add to a table).
+        cursor.execute(
+            "INSERT INTO inbox_taskevent (task_id, version, action, from_state, to_state, "
+            "actor_id, actor_label, reason, data, at, prev_hash, hash) "
+            "SELECT t.id, 1, 'receive', '', 'queued', NULL, 'intake', '', "
+            "jsonb_build_object('overall_deadline', inbox_isoformat(t.overall_deadline)), "
+            "t.created_at, %s, t.chain_head FROM inbox_task t "
+            "WHERE t.chain_head <> %s "
+            "AND NOT EXISTS (SELECT 1 FROM inbox_taskevent e WHERE e.task_id = t.id)",
+            [GENESIS_HASH, GENESIS_HASH])
+
+
+def _receive_hash() -> str:
+    """inbox.history.event_hash of a task's receive event, in SQL over the task's columns
+    (as migration 0012 hashes a take): [prev, task, version, action, from, to, actor,
+    reason, data, at] as compact JSON."""
+    from inbox.models import GENESIS_HASH
+
+    return (
+        "encode(sha256(convert_to('[\"" + GENESIS_HASH + "\",\"' || id::text || "
+        "'\",1,\"receive\",\"\",\"queued\",\"intake\",\"\",{\"overall_deadline\":\"' || "
+        "inbox_isoformat(overall_deadline) || '\"},\"' || inbox_isoformat(created_at) || "
+        "'\"]', 'UTF8')), 'hex')")
 
 
 # The process version TASK_DEFAULTS' tasks name (process "bench" v1, stage "review"): as in

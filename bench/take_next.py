@@ -132,7 +132,7 @@ def run(args: argparse.Namespace, phases: list[str]) -> dict[str, dict]:
     bench_version_record()
     started = time.perf_counter()
     with connection.cursor() as cursor:
-        tasks_insert(cursor, count=args.tasks, skill_id=cycle(skills))
+        tasks_insert(cursor, count=args.tasks, skill_id=cycle(skills), history=True)
         cursor.execute("VACUUM ANALYZE inbox_task")
     print(f"\n{args.tasks:,} queued tasks over {args.skills} skills loaded in "
           f"{time.perf_counter() - started:.1f} s")

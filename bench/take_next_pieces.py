@@ -169,7 +169,7 @@ def run(args: argparse.Namespace) -> None:
     skills = skills_create(args.skills)
     bench_version_record()
     with connection.cursor() as cursor:
-        tasks_insert(cursor, count=args.tasks, skill_id=cycle(skills))
+        tasks_insert(cursor, count=args.tasks, skill_id=cycle(skills), history=True)
     count = -(-takes // TAKES_PER_WORKER)
     ids = workers_create(count, skills_of=lambda i: [skills[i % len(skills)]], capacity=100)
     skill_of = {worker: skills[i % len(skills)] for i, worker in enumerate(ids)}
