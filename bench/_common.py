@@ -365,11 +365,16 @@ def workers_create(count: int, *, skills_of: "object", prefix: str = "worker",
 
 
 def sessions_signed_in(user_ids: Sequence[int]) -> list[str]:
-    """Return a signed-in session key per user, in the order given (a browser's cookie)."""
+    """Return a signed-in session key per user, in the order given (a browser's cookie),
+    with what a sign-in writes in it (accounts.sessions: its clocks), so that a request
+    finds it as it would after a real sign-in and does not save it again."""
+    from types import SimpleNamespace
+
     from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY
     from django.contrib.sessions.backends.db import SessionStore
 
     from accounts.models import User
+    from accounts.sessions import session_mark_signed_in
 
     users = User.objects.in_bulk(list(user_ids))
     keys = []
@@ -379,6 +384,7 @@ def sessions_signed_in(user_ids: Sequence[int]) -> list[str]:
         session[SESSION_KEY] = str(user.pk)
         session[BACKEND_SESSION_KEY] = "django.contrib.auth.backends.ModelBackend"
         session[HASH_SESSION_KEY] = user.get_session_auth_hash()
+        session_mark_signed_in(None, SimpleNamespace(session=session), user)
         session.create()
         keys.append(session.session_key)
     return keys

@@ -11,3 +11,7 @@ from django.core.asgi import get_asgi_application
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
 application = get_asgi_application()
+
+from config.startup import web_warm  # noqa: E402  (needs the settings set up above)
+
+web_warm()

@@ -24,20 +24,32 @@ RETRY_MS = 2000
 
 
 @require_safe
-async def live_stream(request: HttpRequest) -> HttpResponse:
-    """Stream the signals of the tasks the signed-in user may see, as text/event-stream."""
+def live_stream(request: HttpRequest) -> HttpResponse:
+    """Stream the signals of the tasks the signed-in user may see, as text/event-stream.
+
+    A sync view on purpose: under ASGI, Django runs the middleware and a sync view in one
+    go on the request's thread, so the sign-in's reads, the audience's and giving the
+    connection back happen without a turn of the event loop between them. An async view
+    took the pool's connection in the middleware and gave it back two awaits later, and
+    with a thousand pages reconnecting at once each held it across the loop's turns for
+    everyone else: on a slow machine they waited past the pool's timeout (500s, and an
+    EventSource does not reconnect after one). The stream itself is an async generator,
+    served in the event loop.
+    """
     if not isinstance(request, ASGIRequest):
         # A WSGI server would hold a thread per open stream and never end it: say there is
         # no stream here (204 stops EventSource reconnecting); pages work without it.
         return HttpResponse(status=204)
-    user = await request.auser()
-    if not user.is_authenticated:
-        return HttpResponse("Sign in to follow changes.", status=401,
-                            content_type="text/plain")
-    audience = await sync_to_async(live.audience_for)(user=user)
-    # The stream reads nothing more in this request's thread (the hub reads for it): give
-    # the connection back now, not when the stream ends, or every open page holds one.
-    await sync_to_async(live.connection_close)()
+    try:
+        if not request.user.is_authenticated:
+            return HttpResponse("Sign in to follow changes.", status=401,
+                                content_type="text/plain")
+        audience = live.audience_for(user=request.user)
+    finally:
+        # The stream reads nothing more in this request's thread (the hub reads for it):
+        # give the connection back now, not when the stream ends, or every open page
+        # holds one.
+        live.connection_close()
     response = StreamingHttpResponse(
         _events(audience, after=_last_event_id(request)), content_type="text/event-stream")
     response["Cache-Control"] = "no-cache"
@@ -64,6 +76,10 @@ def _replay(after: int) -> list[live.Signal]:
 
 
 async def _events(audience: live.Audience, *, after: int | None) -> AsyncIterator[str]:
+    # What the response's middleware wrote after the view gave its connection back (a
+    # session saved, say) took one again in this request's thread, to be held until the
+    # stream ends: give it back before the stream waits.
+    await sync_to_async(live.connection_close)()
     subscription = live.Subscription(audience)
     hub = live.hub()
     hub.subscribe(subscription)

@@ -5,7 +5,7 @@ import json
 import threading
 
 import pytest
-from asgiref.sync import sync_to_async
+from asgiref.sync import ThreadSensitiveContext, sync_to_async
 from django.test import AsyncClient
 
 from accounts.roles import Role
@@ -244,3 +244,30 @@ def test_an_availability_change_is_told_once_to_the_supervisors_of_the_worker(mo
                 [other.queue.get_nowait() for _ in range(other.queue.qsize())])
 
     assert _run(scenario) == ([change], [])
+
+
+def _connection_open() -> bool:
+    from django.db import connection
+
+    return connection.connection is not None
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_open_stream_holds_no_database_connection_even_when_its_session_was_saved(worker):
+    from accounts.sessions import SEEN_AT
+
+    async def scenario() -> bool:
+        client = AsyncClient()
+        await client.aforce_login(worker)
+        # A session the request changes (here: one without its activity time yet) is saved
+        # by the middleware after the view ran: that takes a connection again.
+        session = await client.asession()
+        await session.apop(SEEN_AT)
+        await session.asave()
+        # As Django's ASGI handler serves a request: its sync parts in a thread of its own.
+        async with ThreadSensitiveContext():
+            response = await client.get("/live/")
+            await _read_until(response.streaming_content, ": connected")
+            return await sync_to_async(_connection_open)()
+
+    assert _run(scenario) is False

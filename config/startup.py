@@ -1,0 +1,22 @@
+"""What a web process makes once, before it serves its first request."""
+
+from django.db import connections
+from django.urls import get_resolver, reverse
+
+
+def web_warm() -> None:
+    """Build what Django otherwise builds in the first requests: the URL resolver's
+    reverse tables and each database's connection pool (not opened: no connection yet).
+
+    Django builds both on first use without a lock: under a burst right after a start
+    (every open page reconnecting its live stream after a deploy), each request's thread
+    built them at once. The reverse tables took seconds on a busy machine, while each
+    builder held the database connection its sign-in had taken; hundreds of threads then
+    queued on the import lock of the pool's module (py-spy dumps of bench/live.py, a
+    thousand streams at once: most waited past the pool's 10 s timeout).
+    """
+    reverse("inbox:live")
+    if not get_resolver()._populated:  # Django's own flag: the build ran to its end
+        raise RuntimeError("The URL resolver's reverse tables were not built.")
+    for connection in connections.all():
+        getattr(connection, "pool", None)  # PostgreSQL's, when OPTIONS has a pool

@@ -1,0 +1,37 @@
+"""A web process builds its URL tables before its first request."""
+
+import importlib
+
+import pytest
+from django.urls import clear_url_caches, get_resolver
+
+
+@pytest.mark.parametrize("module", ["config.asgi", "config.wsgi"])
+def test_the_web_entry_points_build_the_url_tables_before_serving(module):
+    clear_url_caches()  # a resolver as a fresh process has it
+    try:
+        assert not get_resolver()._populated
+        importlib.reload(importlib.import_module(module))
+        assert get_resolver()._populated
+    finally:
+        clear_url_caches()
+
+
+@pytest.mark.postgres  # Django pools PostgreSQL's connections only
+def test_the_web_entry_points_make_the_connection_pool_before_serving(monkeypatch):
+    from django.db import connections
+
+    connection = connections["default"]
+    pools = type(connection)._connection_pools
+    monkeypatch.setitem(connection.settings_dict, "OPTIONS",
+                        {**connection.settings_dict["OPTIONS"],
+                         "pool": {"min_size": 1, "max_size": 2}})
+    monkeypatch.setitem(connection.settings_dict, "CONN_MAX_AGE", 0)
+    saved = dict(pools)
+    pools.clear()
+    try:
+        importlib.reload(importlib.import_module("config.asgi"))
+        assert connection.alias in pools  # made, not opened: no connection taken
+    finally:
+        pools.clear()
+        pools.update(saved)
