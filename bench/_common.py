@@ -19,6 +19,7 @@ import secrets
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
@@ -103,6 +104,22 @@ def closed_port() -> int:
 
 def free_port() -> int:
     return closed_port()
+
+
+def web_wait(port: int, web: subprocess.Popen, *, seconds: float = 60.0) -> None:
+    """Wait until the web server started as web accepts connections on port (a slow
+    machine takes more than a few seconds to import Django); exit if it ended or never
+    listens."""
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        if web.poll() is not None:
+            raise SystemExit(f"The web server exited with {web.returncode}")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            time.sleep(0.2)
+    raise SystemExit(f"The web server did not listen on port {port} within {seconds:.0f} s")
 
 
 def server_url() -> str:

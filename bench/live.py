@@ -23,7 +23,6 @@ import argparse
 import asyncio
 import os
 import resource
-import socket
 import subprocess
 import sys
 import threading
@@ -41,6 +40,7 @@ from _common import (
     skills_create,
     table,
     tasks_insert,
+    web_wait,
     workers_create,
 )
 
@@ -72,21 +72,6 @@ async def _client(port: int, session: str, since: int, seen: dict,
                 seen.setdefault((key, version), []).append(now)
     finally:
         writer.close()
-
-
-def _wait_listening(port: int, web: subprocess.Popen, *, seconds: float = 60.0) -> None:
-    """Wait until the web accepts connections on port (a slow machine takes more than a
-    few seconds to import Django); exit if it ended or never listens."""
-    deadline = time.time() + seconds
-    while time.time() < deadline:
-        if web.poll() is not None:
-            raise SystemExit(f"uvicorn exited with {web.returncode}")
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return
-        except OSError:
-            time.sleep(0.2)
-    raise SystemExit(f"uvicorn did not listen on port {port} within {seconds:.0f} s")
 
 
 def _cpu_seconds(pid: int) -> float:
@@ -264,7 +249,7 @@ def main() -> None:
              "--timeout-graceful-shutdown", "1"],
             cwd=ROOT, env={**os.environ, "DATABASE_URL": url, "DATABASE_POOL_MAX": "20"})
         try:
-            _wait_listening(port, web)
+            web_wait(port, web)
             rows = []
             for clients in sizes:
                 # Each run claims and releases the same tasks: they end as they began.

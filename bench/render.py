@@ -21,7 +21,6 @@ import os
 import statistics
 import subprocess
 import sys
-import time
 
 from _common import (
     ROOT,
@@ -33,6 +32,7 @@ from _common import (
     skills_create,
     table,
     tasks_insert,
+    web_wait,
     workers_create,
 )
 
@@ -128,7 +128,7 @@ def main() -> None:
              "--timeout-graceful-shutdown", "1"],
             cwd=ROOT, env={**os.environ, "DATABASE_URL": url})
         try:
-            time.sleep(3)
+            web_wait(port, web)
             rows = measure(port, session, ids, runs=args.runs)
             print(f"\nTask page in Chromium, median of {args.runs} run(s), ms from the "
                   "navigation's start:")

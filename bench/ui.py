@@ -32,7 +32,6 @@ import os
 import statistics
 import subprocess
 import sys
-import time
 
 from _common import (
     ROOT,
@@ -45,6 +44,7 @@ from _common import (
     skills_create,
     table,
     tasks_insert,
+    web_wait,
     workers_create,
 )
 
@@ -194,7 +194,7 @@ def main() -> None:
              "--timeout-graceful-shutdown", "1"],
             cwd=ROOT, env={**os.environ, "DATABASE_URL": url})
         try:
-            time.sleep(3)
+            web_wait(port, web)
             rows = measure(port, session, first, tasks=args.tasks)
             print("\nComplete and next in Chromium, submit (Ctrl+Enter) → next task usable, "
                   "by the browser's clock:")

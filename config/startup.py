@@ -1,7 +1,7 @@
 """What a web process makes once, before it serves its first request."""
 
 from django.db import connections
-from django.urls import get_resolver, reverse
+from django.urls import reverse
 
 
 def web_warm() -> None:
@@ -15,8 +15,6 @@ def web_warm() -> None:
     queued on the import lock of the pool's module (py-spy dumps of bench/live.py, a
     thousand streams at once: most waited past the pool's 10 s timeout).
     """
-    reverse("inbox:live")
-    if not get_resolver()._populated:  # Django's own flag: the build ran to its end
-        raise RuntimeError("The URL resolver's reverse tables were not built.")
+    reverse("inbox:live")  # builds every reverse table of the URL resolver
     for connection in connections.all():
         getattr(connection, "pool", None)  # PostgreSQL's, when OPTIONS has a pool
