@@ -12,8 +12,14 @@ are not counted), one after the other on the same database:
 - raw: a plain SQL loop, one autocommit statement per claim
   (UPDATE ... WHERE id = (SELECT ... FOR UPDATE SKIP LOCKED LIMIT 1) RETURNING id);
 - service: inbox.services.worker_service.task_take_next(worker=...) called in-process;
-- http: POST /api/inbox/tasks/next/ (API token sign-in) to gunicorn, started here with
-  --http-workers sync workers on the same database.
+- http: POST /api/inbox/tasks/next/ (API token sign-in) to the web server production runs
+  (docs/OPERATIONS.md: gunicorn with uvicorn's worker serving config.asgi, a pool of 20
+  database connections per process), started here with --http-workers processes on the
+  same database; --http-server wsgi runs gunicorn's sync workers on config.wsgi instead.
+  Each HTTP taker keeps its connection open where the server keeps it (HTTP/1.1).
+- http-floor: GET /healthz (no database, no sign-in) to the same server: what the web
+  stack costs before the take does anything. Printed beside the take as a ceiling: the
+  HTTP take's rate if it cost only the service call plus the floor.
 
 Every taker is its own OS process with its own database connection (or HTTP
 connection): threads would serialise the service call's Python on the GIL and measure
@@ -87,12 +93,15 @@ def main() -> None:
                         help="claims/s offered by all takers together, paced; "
                              "0 (default): each takes again as soon as it has its task")
     parser.add_argument("--http-workers", type=int, default=2 * (os.cpu_count() or 1) + 1)
+    parser.add_argument("--http-server", choices=sorted(SERVERS), default="asgi",
+                        help="asgi (default): production's gunicorn + uvicorn worker on "
+                             "config.asgi; wsgi: gunicorn sync workers on config.wsgi")
     parser.add_argument("--workers-per-taker", type=int, default=40,
                         help="pool of workers per service/HTTP taker (100 claims each)")
     parser.add_argument("--paced-rate", type=float, default=500.0,
                         help="claims/s of the paced phase: the service call paced at this "
                              "rate in all, after the closed-loop phases (its p99 goal)")
-    parser.add_argument("--phases", default="raw,service,http,paced")
+    parser.add_argument("--phases", default="raw,service,http,http-floor,paced")
     parser.add_argument("--profile", type=int, default=0, metavar="N",
                         help="also profile N service calls in one process (cProfile)")
     parser.add_argument("--profile-http", type=int, default=0, metavar="N",
@@ -109,7 +118,7 @@ def main() -> None:
         parser.set_defaults(**QUICK)
     args = parser.parse_args()
     phases = [p.strip() for p in args.phases.split(",") if p.strip()]
-    unknown = set(phases) - {"raw", "service", "http", "paced"}
+    unknown = set(phases) - {"raw", "service", "http", "http-floor", "paced"}
     if unknown:
         parser.error(f"unknown phases: {sorted(unknown)}")
 
@@ -140,6 +149,9 @@ def run(args: argparse.Namespace, phases: list[str]) -> dict[str, dict]:
     per_taker = args.workers_per_taker
     pools: dict[str, list[list[int]]] = {}
     for phase in phases:
+        if phase == "http-floor":
+            pools[phase] = [[] for _ in range(args.takers)]  # no worker: nobody signs in
+            continue
         ids = workers_create(
             args.takers * (1 if phase == "raw" else per_taker), prefix=f"{phase}-",
             skills_of=lambda i: [taker_skill[i % args.takers]], capacity=CAPACITY,
@@ -175,7 +187,8 @@ def run(args: argparse.Namespace, phases: list[str]) -> dict[str, dict]:
     results = {}
     for phase in phases:
         connections.close_all()  # Each forked taker opens its own connection.
-        server = gunicorn_start(args.http_workers) if phase == "http" else None
+        server = (gunicorn_start(args.http_workers, args.http_server)
+                  if phase.startswith("http") else None)
         try:
             results[phase] = run_phase(phase, args, pools[phase], taker_skill,
                                        port=server[1] if server else 0)
@@ -336,7 +349,7 @@ def run_phase(phase: str, args: argparse.Namespace, pool: list[list[int]],
     measure = start + args.warmup
     stop = measure + args.seconds
     target = {"raw": raw_taker, "service": service_taker, "http": http_taker,
-              "paced": service_taker}[phase]
+              "http-floor": http_floor_taker, "paced": service_taker}[phase]
     rate = args.paced_rate if phase == "paced" else args.rate
     takers = [
         context.Process(target=target, args=(queue, i, pool[i], taker_skill[i],
@@ -435,6 +448,9 @@ def service_taker(queue, i, workers, skill, window, port, interval) -> None:
 def http_taker(queue, i, workers, skill, window, port, interval) -> None:
     tokens = workers
     state = {"worker": 0, "held": 0}
+    # One connection, kept open as an API client's is; http.client opens a new one by
+    # itself when the server closed the last (gunicorn's sync workers close each).
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
 
     def take() -> bool:
         if state["held"] >= CAPACITY:
@@ -442,22 +458,41 @@ def http_taker(queue, i, workers, skill, window, port, interval) -> None:
             state["held"] = 0
         if state["worker"] >= len(tokens):
             return False
-        # A new connection per request: gunicorn's sync workers close each one.
-        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
-        try:
-            conn.request("POST", "/api/inbox/tasks/next/", body=b"{}", headers={
-                "Authorization": f"Token {tokens[state['worker']]}",
-                "Content-Type": "application/json", "Host": "127.0.0.1"})
-            response = conn.getresponse()
-            body = response.read()
-        finally:
-            conn.close()
-        if response.status != 200:
-            raise HttpError(f"{response.status} {body[:120]!r}")
+        status, body = _http(conn, "POST", "/api/inbox/tasks/next/", body=b"{}", headers={
+            "Authorization": f"Token {tokens[state['worker']]}",
+            "Content-Type": "application/json"})
+        if status != 200:
+            raise HttpError(f"{status} {body[:120]!r}")
         state["held"] += 1
         return True
 
     _loop(queue, window, take, interval)
+
+
+def http_floor_taker(queue, i, workers, skill, window, port, interval) -> None:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+
+    def take() -> bool:
+        status, body = _http(conn, "GET", "/healthz")
+        if status != 200:
+            raise HttpError(f"{status} {body[:120]!r}")
+        return True
+
+    _loop(queue, window, take, interval)
+
+
+def _http(conn: http.client.HTTPConnection, method: str, path: str, *, body: bytes = b"",
+          headers: dict | None = None) -> tuple[int, bytes]:
+    """Send one request on conn; return its status and body. A failed exchange closes the
+    connection (the next request opens a new one) and raises."""
+    try:
+        conn.request(method, path, body=body or None,
+                     headers={"Host": "127.0.0.1", **(headers or {})})
+        response = conn.getresponse()
+        return response.status, response.read()
+    except Exception:
+        conn.close()
+        raise
 
 
 class HttpError(Exception):
@@ -468,14 +503,24 @@ class QueueEmpty(Exception):
     pass
 
 
-def gunicorn_start(workers: int) -> tuple[subprocess.Popen, int]:
+# The web servers the HTTP phases can run: (application, worker class, environment).
+SERVERS = {
+    # Production's (docs/OPERATIONS.md): ASGI for the live stream, a connection pool.
+    "asgi": ("config.asgi:application", "uvicorn_worker.UvicornWorker",
+             {"DATABASE_POOL_MAX": "20"}),
+    "wsgi": ("config.wsgi:application", "sync", {}),
+}
+
+
+def gunicorn_start(workers: int, server: str = "asgi") -> tuple[subprocess.Popen, int]:
     """Start gunicorn on a free port against the bench database; wait until it answers."""
     port = free_port()
+    application, worker_class, environment = SERVERS[server]
     process = subprocess.Popen(
-        [str(Path(sys.executable).parent / "gunicorn"), "config.wsgi:application",
-         "--bind", f"127.0.0.1:{port}", "--workers", str(workers), "--worker-class", "sync",
-         "--log-level", "warning", "--timeout", "120"],
-        cwd=ROOT, env=os.environ.copy(),
+        [str(Path(sys.executable).parent / "gunicorn"), application,
+         "--bind", f"127.0.0.1:{port}", "--workers", str(workers), "--worker-class",
+         worker_class, "--log-level", "warning", "--timeout", "120"],
+        cwd=ROOT, env={**os.environ, **environment},
     )
     deadline = time.time() + 60
     while time.time() < deadline:
@@ -487,7 +532,8 @@ def gunicorn_start(workers: int) -> tuple[subprocess.Popen, int]:
             status = conn.getresponse().status
             conn.close()
             if status in (401, 403):  # Up, and refusing an anonymous caller as it should.
-                print(f"gunicorn: {workers} sync workers on port {port}")
+                print(f"gunicorn: {workers} {worker_class} workers on {application}, "
+                      f"port {port}")
                 return process, port
             raise SystemExit(f"gunicorn answered {status} to an anonymous GET")
         except OSError:
@@ -516,8 +562,10 @@ def check_claims(results: dict[str, dict], since: object) -> None:
         cursor.execute("SELECT count(*), count(DISTINCT task_id) FROM inbox_taskevent "
                        "WHERE action = 'take_next' AND at >= %s", [since])
         events, distinct = cursor.fetchone()
-    counted = sum(r["taken"] for r in results.values())
-    evented = sum(r["taken"] for phase, r in results.items() if phase != "raw")
+    # The floor's requests take nothing.
+    taking = {phase: r for phase, r in results.items() if phase != "http-floor"}
+    counted = sum(r["taken"] for r in taking.values())
+    evented = sum(r["taken"] for phase, r in taking.items() if phase != "raw")
     print(f"check: {counted:,} claims counted (warm-up included), {in_progress:,} tasks in "
           f"progress, {events:,} take_next events on {distinct:,} distinct tasks")
     if counted != in_progress or events != distinct or events != evented:
@@ -527,7 +575,8 @@ def check_claims(results: dict[str, dict], since: object) -> None:
 def report(args: argparse.Namespace, results: dict[str, dict]) -> None:
     names = {"raw": "raw SQL limit (UPDATE ... SKIP LOCKED)",
              "service": "service call worker_service.task_take_next",
-             "http": "HTTP POST /api/inbox/tasks/next/",
+             "http": f"HTTP POST /api/inbox/tasks/next/ ({args.http_server})",
+             "http-floor": f"HTTP GET /healthz, the floor ({args.http_server})",
              "paced": f"service call, paced at {args.paced_rate:g}/s in all"}
     rows = []
     for phase, r in results.items():
@@ -546,6 +595,12 @@ def report(args: argparse.Namespace, results: dict[str, dict]) -> None:
         print(f"\nservice/raw: throughput {service['claims'] / max(raw['claims'], 1):.2f}x, "
               f"p99 latency {p99:.1f}x")
     raw = results.get("raw", {}).get("claims", 0)
+    if raw and {"service", "http-floor"} <= results.keys() and results["http-floor"]["claims"]:
+        # CPU is the closed loop's budget: a take over HTTP costs at least the service
+        # call plus the web stack's floor, so its rate is at most the two combined.
+        ceiling = 1 / (1 / results["service"]["claims"] + 1 / results["http-floor"]["claims"])
+        print(f"HTTP take's ceiling (service call + the /healthz floor, their costs "
+              f"added): {ceiling / args.seconds:,.0f}/s, {ceiling / raw:.2f}x raw")
     for phase, goal in (("service", 0.5), ("http", 0.25)):
         if phase in results and raw:
             goal_print(f"take next {phase} / raw claims per second, closed loop",

@@ -63,35 +63,6 @@ def screenshot():
 
 
 @pytest.fixture
-def asgi_server(transactional_db) -> Iterator[str]:
-    """The site served over ASGI by uvicorn, in a thread of this process, on this test's
-    database: what the live stream needs (pytest-django's live_server speaks WSGI)."""
-    import socket
-    import threading
-    import time
-
-    import uvicorn
-
-    from config.asgi import application
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(application, host="127.0.0.1", port=port,
-                                           log_level="warning", lifespan="off"))
-    thread = threading.Thread(target=server.run, name="asgi-server", daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        if time.monotonic() > deadline or not thread.is_alive():
-            raise RuntimeError("uvicorn did not start")
-        time.sleep(0.02)
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(timeout=10)
-
-
-@pytest.fixture
 def live_page(browser, asgi_server):
     """A browser page on the ASGI server, where pages hear changes as they happen."""
     context = browser.new_context(base_url=asgi_server)

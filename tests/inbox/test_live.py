@@ -252,6 +252,7 @@ def _connection_open() -> bool:
     return connection.connection is not None
 
 
+@pytest.mark.postgres  # SQLite's in-memory test database never closes its connection
 @pytest.mark.django_db(transaction=True)
 def test_an_open_stream_holds_no_database_connection_even_when_its_session_was_saved(worker):
     from accounts.sessions import SEEN_AT
