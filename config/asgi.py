@@ -8,9 +8,10 @@ other view is synchronous, and Django's ASGI handler serves a synchronous reques
 cost: a new thread per request (asgiref's ThreadSensitiveContext) and a hop between the
 event loop and a thread at each boundary between sync-only and async-capable middleware.
 That was most of a request's CPU (docs/BENCHMARKS.md, "The web server": three times the
-/healthz requests a second, twice the API takes, once split). So this application sends the stream's path to Django's ASGI handler and every other
-request to Django's WSGI handler, run in a pool of threads by a2wsgi. Both handlers are
-the same site: the same settings, URLs, middleware and views.
+/healthz requests a second, twice the API takes, once split). So this application sends
+the stream's path to Django's ASGI handler and every other request to Django's WSGI
+handler, run in a pool of threads by a2wsgi. Both handlers are the same site: the same
+settings, URLs, middleware and views.
 """
 
 import os
