@@ -77,7 +77,7 @@ RETURNING id
 
 # --quick: small sizes for a smoke check in a minute or two (bench/run_all --quick).
 QUICK = {"tasks": 100_000, "skills": 4, "takers": 8, "seconds": 5.0, "warmup": 1.0,
-         "workers_per_taker": 5}
+         "workers_per_taker": 20}
 
 
 def main() -> None:
