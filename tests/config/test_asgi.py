@@ -2,14 +2,21 @@
 
 import asyncio
 import http.client
+import importlib
 import json
+from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import urlsplit
 
 import pytest
 from django.conf import settings
 from django.test import Client
 
-import config.asgi
+
+def _asgi():
+    """config.asgi, imported when a test runs: at collection its WSGI handler's WhiteNoise
+    would find no static files yet (the session collects them before the first test), and
+    the browser tests, served by this same module, would get 404s for every script."""
+    return importlib.import_module("config.asgi")
 
 
 def _request(server: str, path: str, *, method: str = "GET", body: bytes = b"",
@@ -37,19 +44,23 @@ def _request(server: str, path: str, *, method: str = "GET", body: bytes = b"",
     ({"type": "lifespan"}, "streams"),
 ])
 def test_each_connection_goes_to_one_handler(monkeypatch, scope, handler):
+    asgi = _asgi()
     reached = []
     for name in ("requests", "streams"):
         async def record(scope, receive, send, name=name):
             reached.append(name)
-        monkeypatch.setattr(config.asgi, name, record)
-    asyncio.run(config.asgi.application(scope, None, None))
+        monkeypatch.setattr(asgi, name, record)
+    # In a thread of its own: the browser tests' Playwright keeps an event loop running in
+    # this one, and asyncio.run refuses to run beside it.
+    with ThreadPoolExecutor(1) as thread:
+        thread.submit(asyncio.run, asgi.application(scope, None, None)).result()
     assert reached == [handler]
 
 
 def test_the_stream_path_is_the_live_views_url():
     from django.urls import reverse
 
-    assert reverse("inbox:live") in config.asgi.STREAM_PATHS
+    assert reverse("inbox:live") in _asgi().STREAM_PATHS
 
 
 def test_a_plain_request_is_served(asgi_server):
