@@ -58,6 +58,7 @@ from _common import (
     skills_create,
     table,
     tasks_insert,
+    web_wait,
     workers_create,
 )
 
@@ -458,11 +459,9 @@ def http_taker(queue, i, workers, skill, window, port, interval) -> None:
             state["held"] = 0
         if state["worker"] >= len(tokens):
             return False
-        status, body = _http(conn, "POST", "/api/inbox/tasks/next/", body=b"{}", headers={
+        _http(conn, "POST", "/api/inbox/tasks/next/", body=b"{}", headers={
             "Authorization": f"Token {tokens[state['worker']]}",
             "Content-Type": "application/json"})
-        if status != 200:
-            raise HttpError(f"{status} {body[:120]!r}")
         state["held"] += 1
         return True
 
@@ -473,26 +472,26 @@ def http_floor_taker(queue, i, workers, skill, window, port, interval) -> None:
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
 
     def take() -> bool:
-        status, body = _http(conn, "GET", "/healthz")
-        if status != 200:
-            raise HttpError(f"{status} {body[:120]!r}")
+        _http(conn, "GET", "/healthz")
         return True
 
     _loop(queue, window, take, interval)
 
 
 def _http(conn: http.client.HTTPConnection, method: str, path: str, *, body: bytes = b"",
-          headers: dict | None = None) -> tuple[int, bytes]:
-    """Send one request on conn; return its status and body. A failed exchange closes the
-    connection (the next request opens a new one) and raises."""
+          headers: dict | None = None) -> None:
+    """Send one request on conn; raise HttpError unless it answers 200. A failed exchange
+    closes the connection (the next request opens a new one) and raises."""
     try:
         conn.request(method, path, body=body or None,
                      headers={"Host": "127.0.0.1", **(headers or {})})
         response = conn.getresponse()
-        return response.status, response.read()
+        answer = response.read()
     except Exception:
         conn.close()
         raise
+    if response.status != 200:
+        raise HttpError(f"{response.status} {answer[:120]!r}")
 
 
 class HttpError(Exception):
@@ -522,24 +521,20 @@ def gunicorn_start(workers: int, server: str = "asgi") -> tuple[subprocess.Popen
          worker_class, "--log-level", "warning", "--timeout", "120"],
         cwd=ROOT, env={**os.environ, **environment},
     )
-    deadline = time.time() + 60
-    while time.time() < deadline:
-        if process.poll() is not None:
-            raise SystemExit(f"gunicorn exited with {process.returncode}")
-        try:
-            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
-            conn.request("GET", "/api/inbox/queues/", headers={"Host": "127.0.0.1"})
-            status = conn.getresponse().status
-            conn.close()
-            if status in (401, 403):  # Up, and refusing an anonymous caller as it should.
-                print(f"gunicorn: {workers} {worker_class} workers on {application}, "
-                      f"port {port}")
-                return process, port
+    try:
+        web_wait(port, process)
+        # Listening is the master's socket: the answer waits for a worker to boot.
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+        conn.request("GET", "/api/inbox/queues/", headers={"Host": "127.0.0.1"})
+        status = conn.getresponse().status
+        conn.close()
+        if status not in (401, 403):  # Up, and refusing an anonymous caller as it should.
             raise SystemExit(f"gunicorn answered {status} to an anonymous GET")
-        except OSError:
-            time.sleep(0.3)
-    process.terminate()
-    raise SystemExit("gunicorn did not answer within 60 s")
+    except BaseException:
+        process.terminate()
+        raise
+    print(f"gunicorn: {workers} {worker_class} workers on {application}, port {port}")
+    return process, port
 
 
 def gunicorn_stop(process: subprocess.Popen) -> None:

@@ -19,7 +19,7 @@ import os
 from a2wsgi import WSGIMiddleware
 from django.conf import settings
 from django.core.asgi import get_asgi_application
-from django.core.wsgi import get_wsgi_application
+from django.core.handlers.wsgi import WSGIHandler
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
@@ -40,7 +40,9 @@ def _threads() -> int:
     return min(10, pool["max_size"]) if isinstance(pool, dict) else 10
 
 
-requests = WSGIMiddleware(get_wsgi_application(), workers=_threads())
+# The handler itself, not get_wsgi_application(): that would run django.setup() (and
+# configure logging) a second time; get_asgi_application() above ran it.
+requests = WSGIMiddleware(WSGIHandler(), workers=_threads())
 
 
 async def application(scope: dict, receive, send) -> None:
