@@ -370,12 +370,16 @@ def workers_create(count: int, *, skills_of: "object", prefix: str = "worker",
         for i, user in enumerate(users) for skill_id in skills_of(i)
     )
     if api_tokens:
-        expiry = timezone.now() + datetime.timedelta(days=1)
+        now = timezone.now()
+        expiry = now + datetime.timedelta(days=1)
         secrets = [api_token(prefix, i) for i in range(len(users))]
+        # Each noted as just used, as a token in steady use is: its next uses write no
+        # note for a minute (accounts.api_auth.LAST_USED_EVERY), whatever few calls the
+        # bench makes with it.
         ApiToken.objects.bulk_create(
             ApiToken(digest=hash_token(secret), token_key=secret[:CONSTANTS.TOKEN_KEY_LENGTH],
                      user_id=user.pk, created_by_id=user.pk, expiry=expiry, name="bench",
-                     scope=ApiScope.WORK)
+                     scope=ApiScope.WORK, last_used_at=now)
             for secret, user in zip(secrets, users, strict=True)
         )
     return [user.pk for user in users]

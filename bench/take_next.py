@@ -24,10 +24,13 @@ are not counted), one after the other on the same database:
 Every taker is its own OS process with its own database connection (or HTTP
 connection): threads would serialise the service call's Python on the GIL and measure
 the interpreter, not the inbox. Takers share queues (--share takers per skill), so
-SKIP LOCKED is exercised. A worker holds at most 100 tasks (the capacity ceiling), so
-each service or HTTP taker goes through a pool of its own workers, moving to the next
-one every 100 claims. Everything (PostgreSQL, gunicorn, the takers) runs on this machine:
-the figures are those of the whole box, load generator included.
+SKIP LOCKED is exercised. A worker holds at most their capacity (--capacity: the
+product's default, 3, unless asked), so each service or HTTP taker goes through a pool of
+its own workers, moving to the next one when the last is full; nobody completes or
+releases. A take weighs what its worker already holds, so the capacity decides what a
+take costs (--capacity 100, the ceiling, was the bench's setting until 2026-12-03).
+Everything (PostgreSQL, gunicorn, the takers) runs on this machine: the figures are
+those of the whole box, load generator included.
 """
 
 import argparse
@@ -63,7 +66,9 @@ from _common import (
 )
 
 DATABASE = "inbox_bench_take_next"
-CAPACITY = 100  # The users table's ceiling: a worker never holds more.
+# Claims each service or HTTP taker may make per phase before its pool of workers is
+# full (closed loop on 2 cores: about 1,000 per taker; --quick: 8 takers for 5 s).
+CLAIMS_PER_TAKER = 1_500
 
 RAW_TAKE = """
 UPDATE inbox_task
@@ -77,8 +82,7 @@ RETURNING id
 """
 
 # --quick: small sizes for a smoke check in a minute or two (bench/run_all --quick).
-QUICK = {"tasks": 100_000, "skills": 4, "takers": 8, "seconds": 5.0, "warmup": 1.0,
-         "workers_per_taker": 20}
+QUICK = {"tasks": 100_000, "skills": 4, "takers": 8, "seconds": 5.0, "warmup": 1.0}
 
 
 def main() -> None:
@@ -97,8 +101,14 @@ def main() -> None:
     parser.add_argument("--http-server", choices=sorted(SERVERS), default="asgi",
                         help="asgi (default): production's gunicorn + uvicorn worker on "
                              "config.asgi; wsgi: gunicorn sync workers on config.wsgi")
-    parser.add_argument("--workers-per-taker", type=int, default=40,
-                        help="pool of workers per service/HTTP taker (100 claims each)")
+    parser.add_argument("--capacity", type=int, default=0,
+                        help="each worker's capacity, the tasks they hold before the "
+                             "taker moves on (0, default: the product's default, "
+                             "accounts.User.capacity)")
+    parser.add_argument("--workers-per-taker", type=int, default=0,
+                        help=f"pool of workers per service/HTTP taker, each taking up to "
+                             f"their capacity (0, default: enough for {CLAIMS_PER_TAKER:,} "
+                             f"claims)")
     parser.add_argument("--paced-rate", type=float, default=500.0,
                         help="claims/s of the paced phase: the service call paced at this "
                              "rate in all, after the closed-loop phases (its p99 goal)")
@@ -147,7 +157,12 @@ def run(args: argparse.Namespace, phases: list[str]) -> dict[str, dict]:
     print(f"\n{args.tasks:,} queued tasks over {args.skills} skills loaded in "
           f"{time.perf_counter() - started:.1f} s")
     taker_skill = [skills[(i // args.share) % len(skills)] for i in range(args.takers)]
-    per_taker = args.workers_per_taker
+    from accounts.models import User
+
+    # The product's default unless asked: what a worker holds decides what their take
+    # weighs (the capacity check sums the weights of the tasks they hold).
+    args.capacity = args.capacity or User._meta.get_field("capacity").default
+    per_taker = args.workers_per_taker or -(-CLAIMS_PER_TAKER // args.capacity)
     pools: dict[str, list[list[int]]] = {}
     for phase in phases:
         if phase == "http-floor":
@@ -155,7 +170,7 @@ def run(args: argparse.Namespace, phases: list[str]) -> dict[str, dict]:
             continue
         ids = workers_create(
             args.takers * (1 if phase == "raw" else per_taker), prefix=f"{phase}-",
-            skills_of=lambda i: [taker_skill[i % args.takers]], capacity=CAPACITY,
+            skills_of=lambda i: [taker_skill[i % args.takers]], capacity=args.capacity,
             api_tokens=phase == "http",
         )
         # Worker i belongs to taker i % takers (so it holds that taker's skill); an HTTP
@@ -171,16 +186,17 @@ def run(args: argparse.Namespace, phases: list[str]) -> dict[str, dict]:
         cursor.execute("ANALYZE")
     print(f"{args.takers} takers, {args.share} per queue, on "
           f"{len(set(taker_skill))} skills; "
-          f"{per_taker} workers per service/HTTP taker (capacity {CAPACITY})")
+          f"{per_taker} workers per service/HTTP taker, each taking up to their capacity "
+          f"({args.capacity})")
     queries = service_queries(pools)
     if queries is not None:
         print(f"service call: {queries} SQL statements per take (one call, counted)")
     if args.cpu:
-        cpu_split(pools, taker_skill, args.cpu)
+        cpu_split(pools, taker_skill, args.cpu, args.capacity)
     if args.profile:
-        profile_service(pools, args.profile)
+        profile_service(pools, args.profile, args.capacity)
     if args.profile_http:
-        profile_http(pools, args.profile_http)
+        profile_http(pools, args.profile_http, args.capacity)
 
     from django.utils import timezone
 
@@ -228,7 +244,8 @@ def _backend_cpu_ms(cursor) -> float:
     return (int(fields[11]) + int(fields[12])) * 1000 / os.sysconf("SC_CLK_TCK")
 
 
-def cpu_split(pools: dict[str, list[list[int]]], taker_skill: list[int], calls: int) -> None:
+def cpu_split(pools: dict[str, list[list[int]]], taker_skill: list[int], calls: int,
+              capacity: int) -> None:
     """Take calls tasks with the service and calls with the raw statement, one after the
     other in this process (no concurrency: nothing queues), and print each one's CPU per
     claim, this process and its PostgreSQL backend apart. The takes are given back."""
@@ -241,13 +258,16 @@ def cpu_split(pools: dict[str, list[list[int]]], taker_skill: list[int], calls: 
     if "service" not in pools or "raw" not in pools:
         print("--cpu needs the raw and service phases")
         return
-    workers = list(User.objects.filter(pk__in=pools["service"][0]).order_by("pk"))
+    workers = list(User.objects.filter(pk__in=[w for p in pools["service"] for w in p]))
+    if calls > len(workers) * capacity:
+        raise SystemExit(f"--cpu {calls}: the service workers hold only "
+                         f"{len(workers) * capacity:,} tasks (raise --workers-per-taker)")
     rows = []
     with connection.cursor() as cursor:
         taken = []
         backend, client = _backend_cpu_ms(cursor), time.process_time()
         for n in range(calls):
-            worker = workers[n * len(workers) // calls]  # within each worker's capacity
+            worker = workers[n // capacity]  # Each up to their capacity.
             taken.append((worker, worker_service.task_take_next(worker=worker).pk))
         client = (time.process_time() - client) * 1000 / calls
         backend = (_backend_cpu_ms(cursor) - backend) / calls
@@ -271,7 +291,7 @@ def cpu_split(pools: dict[str, list[list[int]]], taker_skill: list[int], calls: 
     print(table(["path", "client CPU ms", "PostgreSQL CPU ms", "total"], rows))
 
 
-def profile_service(pools: dict[str, list[list[int]]], calls: int) -> None:
+def profile_service(pools: dict[str, list[list[int]]], calls: int, capacity: int) -> None:
     """Profile calls service takes in this process and print the costliest functions."""
     import cProfile
     import pstats
@@ -279,16 +299,19 @@ def profile_service(pools: dict[str, list[list[int]]], calls: int) -> None:
     from accounts.models import User
     from inbox.services import worker as worker_service
 
-    workers = list(User.objects.filter(pk__in=[p[-1] for p in pools.get("service", [])]))
+    workers = list(User.objects.filter(pk__in=[w for p in pools.get("service", []) for w in p]))
     if not workers:
         print("--profile needs the service phase")
         return
+    if calls > len(workers) * capacity:
+        raise SystemExit(f"--profile {calls}: the service workers hold only "
+                         f"{len(workers) * capacity:,} tasks (raise --workers-per-taker)")
     taken = []
     profiler = cProfile.Profile()
     started = time.perf_counter()
     profiler.enable()
     for n in range(calls):
-        worker = workers[n % len(workers)]
+        worker = workers[n // capacity]  # Each up to their capacity.
         taken.append((worker, worker_service.task_take_next(worker=worker)))
     profiler.disable()
     elapsed = time.perf_counter() - started
@@ -300,7 +323,7 @@ def profile_service(pools: dict[str, list[list[int]]], calls: int) -> None:
         worker_service.task_release(worker=worker, task_id=task.pk)
 
 
-def profile_http(pools: dict[str, list[list[int]]], calls: int) -> None:
+def profile_http(pools: dict[str, list[list[int]]], calls: int, capacity: int) -> None:
     """Profile calls HTTP takes in this process (the WSGI handler, every middleware, DRF
     and the service, without a server or a socket) and print the costliest functions."""
     import cProfile
@@ -317,6 +340,9 @@ def profile_http(pools: dict[str, list[list[int]]], calls: int) -> None:
         return
     client = Client(HTTP_HOST="127.0.0.1")  # The host the HTTP phase sends (ALLOWED_HOSTS).
     headers = [{"HTTP_AUTHORIZATION": f"Token {token}"} for token in tokens]
+    if calls + 5 > len(headers) * capacity:
+        raise SystemExit(f"--profile-http {calls}: the HTTP workers hold only "
+                         f"{len(headers) * capacity:,} tasks (raise --workers-per-taker)")
     for extra in headers[:5]:  # Warm: the URL resolver, DRF's settings, the first plans.
         assert client.post("/api/inbox/tasks/next/", b"{}", content_type="application/json",
                            **extra).status_code == 200
@@ -324,10 +350,10 @@ def profile_http(pools: dict[str, list[list[int]]], calls: int) -> None:
     started, cpu = time.perf_counter(), time.process_time()
     profiler.enable()
     for n in range(calls):
-        # Each worker holds up to CAPACITY: spread the takes over the tokens.
+        # Each worker up to their capacity (the first five took one each to warm up).
         response = client.post("/api/inbox/tasks/next/", b"{}",
-                               content_type="application/json", **headers[5 + n % (
-                                   len(headers) - 5)])
+                               content_type="application/json",
+                               **headers[5 + n // capacity])
         assert response.status_code == 200, response.content[:200]
     profiler.disable()
     elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu
@@ -355,7 +381,8 @@ def run_phase(phase: str, args: argparse.Namespace, pool: list[list[int]],
     takers = [
         context.Process(target=target, args=(queue, i, pool[i], taker_skill[i],
                                              (start, measure, stop), port,
-                                             args.takers / rate if rate else 0.0))
+                                             args.takers / rate if rate else 0.0,
+                                             args.capacity))
         for i in range(args.takers)
     ]
     for taker in takers:
@@ -412,7 +439,7 @@ def _loop(queue: multiprocessing.Queue, window: tuple[float, float, float], take
     queue.put({"latencies": latencies, "errors": dict(errors), "taken": taken})
 
 
-def raw_taker(queue, i, workers, skill, window, port, interval) -> None:
+def raw_taker(queue, i, workers, skill, window, port, interval, capacity) -> None:
     import psycopg
 
     with psycopg.connect(libpq_url(), autocommit=True) as conn:
@@ -426,7 +453,7 @@ def raw_taker(queue, i, workers, skill, window, port, interval) -> None:
         _loop(queue, window, take, interval)
 
 
-def service_taker(queue, i, workers, skill, window, port, interval) -> None:
+def service_taker(queue, i, workers, skill, window, port, interval, capacity) -> None:
     from accounts.models import User
     from inbox.services import worker as worker_service
 
@@ -434,7 +461,7 @@ def service_taker(queue, i, workers, skill, window, port, interval) -> None:
     state = {"worker": 0, "held": 0}
 
     def take() -> bool:
-        if state["held"] >= CAPACITY:
+        if state["held"] >= capacity:
             state["worker"] += 1
             state["held"] = 0
         if state["worker"] >= len(pool):
@@ -446,7 +473,7 @@ def service_taker(queue, i, workers, skill, window, port, interval) -> None:
     _loop(queue, window, take, interval)
 
 
-def http_taker(queue, i, workers, skill, window, port, interval) -> None:
+def http_taker(queue, i, workers, skill, window, port, interval, capacity) -> None:
     tokens = workers
     state = {"worker": 0, "held": 0}
     # One connection, kept open as an API client's is; http.client opens a new one by
@@ -454,7 +481,7 @@ def http_taker(queue, i, workers, skill, window, port, interval) -> None:
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
 
     def take() -> bool:
-        if state["held"] >= CAPACITY:
+        if state["held"] >= capacity:
             state["worker"] += 1
             state["held"] = 0
         if state["worker"] >= len(tokens):
@@ -468,7 +495,7 @@ def http_taker(queue, i, workers, skill, window, port, interval) -> None:
     _loop(queue, window, take, interval)
 
 
-def http_floor_taker(queue, i, workers, skill, window, port, interval) -> None:
+def http_floor_taker(queue, i, workers, skill, window, port, interval, capacity) -> None:
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
 
     def take() -> bool:
