@@ -106,6 +106,16 @@ def free_port() -> int:
     return closed_port()
 
 
+# The web servers a bench can start under gunicorn: (application, worker class,
+# environment). asgi is production's (docs/OPERATIONS.md: uvicorn's worker, ASGI for the
+# live stream, a pool of connections per process); wsgi is gunicorn's sync workers.
+WEB_SERVERS = {
+    "asgi": ("config.asgi:application", "uvicorn_worker.UvicornWorker",
+             {"DATABASE_POOL_MAX": "20"}),
+    "wsgi": ("config.wsgi:application", "sync", {}),
+}
+
+
 def web_wait(port: int, web: subprocess.Popen, *, seconds: float = 60.0) -> None:
     """Wait until the web server started as web accepts connections on port (a slow
     machine takes more than a few seconds to import Django); exit if it ended or never

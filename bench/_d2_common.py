@@ -111,11 +111,12 @@ class Children:
         self.output: dict[str, list[str]] = {}
 
     def start(self, name: str, args: list[str], *, ready: str | None = None,
-              timeout: float = 90) -> subprocess.Popen:
-        """Start args; with ready, wait until a line of its output contains it."""
+              timeout: float = 90, env: dict[str, str] | None = None) -> subprocess.Popen:
+        """Start args (env: variables set for it besides this process's); with ready,
+        wait until a line of its output contains it."""
         child = subprocess.Popen(
             args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-            bufsize=1, start_new_session=True,
+            bufsize=1, start_new_session=True, env={**os.environ, **(env or {})},
         )
         self.started[name] = child
         lines = self.output[name] = []

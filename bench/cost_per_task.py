@@ -9,19 +9,22 @@ the cache and the Celery broker, whose queue it purges: run one such benchmark a
 per Redis database.
 
 The inbox runs as in production, each part a process of its own: the web app under
-gunicorn (2 sync workers), a Celery worker (prefork, 2 processes) and Celery beat, with the
-local Step Functions emulator beside them. This script (the load driver) starts N
-executions of a one-human-stage process on the emulator; the worker takes their envelopes
-in (beat's intake poll); once all N tasks are queued, T threads take and complete them
-through the REST API (POST tasks/next/, then tasks/<id>/complete/, each thread signed in
-as its own worker); the worker sends the callbacks (on commit) and every execution must end
-SUCCEEDED.
+gunicorn with 2 workers of the server production runs (uvicorn's worker on config.asgi, a
+pool of connections; --http-server wsgi: sync workers on config.wsgi, what this bench ran
+until 2026-12-03), a Celery worker (prefork, 2 processes), Celery beat and the clock
+(manage.py clock_run), with the local Step Functions emulator beside them. This script
+(the load driver) starts N executions of a one-human-stage process on the emulator; the
+worker takes their envelopes in (beat's intake poll); once all N tasks are queued, T
+threads take and complete them through the REST API (POST tasks/next/, then
+tasks/<id>/complete/, each thread signed in as its own worker); the worker sends the
+callbacks (on commit) and every execution must end SUCCEEDED.
 
-The CPU time (user + sys, from /proc) of the gunicorn, Celery worker and beat process
-trees is read before the executions start and after the last callback was sent. Beat's
-ticks cost CPU with no task at all, so the same processes are first watched idle for a
-while, and that idle rate times the run's duration is subtracted (both are printed). The
-emulator and this driver are not counted; PostgreSQL's backends serving the bench database
+The CPU time (user + sys, from /proc) of the gunicorn, Celery worker, beat and clock
+process trees is read before the executions start and after the last callback was sent.
+Beat's ticks and the clock's sweeps cost CPU with no task at all, so the same processes
+are first watched idle for a while, and that idle rate times the run's duration is
+subtracted (both are printed). The emulator and this driver are not counted;
+PostgreSQL's backends serving the bench database
 are shown apart (approximate: a backend that exits meanwhile is missed).
 """
 
@@ -36,6 +39,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _d2_common as common
 from _common import (
+    WEB_SERVERS,
     api_token,
     free_port,
     goal_print,
@@ -47,7 +51,7 @@ from _common import (
 )
 
 TICKS = os.sysconf("SC_CLK_TCK")
-INBOX_PROCESSES = ("gunicorn", "celery worker", "celery beat")
+INBOX_PROCESSES = ("gunicorn", "celery worker", "celery beat", "clock")
 DATABASE = f"inbox_bench_d2_cost_{os.getpid()}"
 
 
@@ -57,6 +61,9 @@ def main() -> None:
     parser.add_argument("--takers", type=int, default=4, help="T, HTTP client threads")
     parser.add_argument("--idle", type=float, default=30, help="seconds watched idle")
     parser.add_argument("--quick", action="store_true", help="N=60, 15 s idle")
+    parser.add_argument("--http-server", choices=sorted(WEB_SERVERS), default="asgi",
+                        help="asgi (default): production's gunicorn + uvicorn worker on "
+                             "config.asgi; wsgi: gunicorn sync workers on config.wsgi")
     parser.add_argument("--py-spy", type=Path, metavar="DIR", dest="py_spy",
                         help="sample the web's and the Celery worker's process trees with "
                              "py-spy during the run (pip install py-spy), write each one's "
@@ -71,11 +78,11 @@ def main() -> None:
           common.emulator() as children):
         common.logs_to_file()
         run(tasks=args.tasks, takers=args.takers, idle=args.idle, children=children,
-            py_spy=args.py_spy)
+            py_spy=args.py_spy, http_server=args.http_server)
 
 
 def run(*, tasks: int, takers: int, idle: float, children: common.Children,
-        py_spy: Path | None = None) -> None:
+        py_spy: Path | None = None, http_server: str = "asgi") -> None:
     from django.core.cache import cache
 
     from config.celery import app
@@ -83,7 +90,7 @@ def run(*, tasks: int, takers: int, idle: float, children: common.Children,
 
     skill_id = common.process_ready()
     workers_create(takers, skills_of=lambda i: [skill_id], capacity=10, api_tokens=True)
-    print(f"Cost per task: {tasks:,} tasks, {takers} HTTP takers")
+    print(f"Cost per task: {tasks:,} tasks, {takers} HTTP takers, web server {http_server}")
     machine_print()
     # Left by an interrupted run: stale Celery messages, an intake lock held for minutes.
     app.control.purge()
@@ -91,10 +98,11 @@ def run(*, tasks: int, takers: int, idle: float, children: common.Children,
 
     port = free_port()
     base = f"http://127.0.0.1:{port}"
+    application, worker_class, web_env = WEB_SERVERS[http_server]
     children.start("gunicorn", [
-        common.PYTHON, "-m", "gunicorn", "config.wsgi", "--workers", "2",
-        "--bind", f"127.0.0.1:{port}",
-    ], ready="Booting worker")
+        common.PYTHON, "-m", "gunicorn", application, "--workers", "2",
+        "--worker-class", worker_class, "--bind", f"127.0.0.1:{port}",
+    ], ready="Booting worker", env=web_env)
     children.start("celery worker", [
         common.PYTHON, "-m", "celery", "-A", "config", "worker", "--pool", "prefork",
         "--concurrency", "2", "--loglevel", "INFO", "--without-gossip", "--without-mingle",
@@ -102,6 +110,7 @@ def run(*, tasks: int, takers: int, idle: float, children: common.Children,
     children.start("celery beat", [
         common.PYTHON, "-m", "celery", "-A", "config", "beat", "--loglevel", "INFO",
     ], ready="beat: Starting")
+    children.start("clock", [common.PYTHON, "manage.py", "clock_run"], ready="Clock running")
     _http_ready(base=base)
     # Let every process finish starting (imports, first beat ticks) before the idle window.
     time.sleep(5)

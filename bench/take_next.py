@@ -48,6 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import (
     ROOT,
+    WEB_SERVERS,
     api_token,
     bench_environment,
     bench_version_record,
@@ -98,7 +99,7 @@ def main() -> None:
                         help="claims/s offered by all takers together, paced; "
                              "0 (default): each takes again as soon as it has its task")
     parser.add_argument("--http-workers", type=int, default=2 * (os.cpu_count() or 1) + 1)
-    parser.add_argument("--http-server", choices=sorted(SERVERS), default="asgi",
+    parser.add_argument("--http-server", choices=sorted(WEB_SERVERS), default="asgi",
                         help="asgi (default): production's gunicorn + uvicorn worker on "
                              "config.asgi; wsgi: gunicorn sync workers on config.wsgi")
     parser.add_argument("--capacity", type=int, default=0,
@@ -529,19 +530,10 @@ class QueueEmpty(Exception):
     pass
 
 
-# The web servers the HTTP phases can run: (application, worker class, environment).
-SERVERS = {
-    # Production's (docs/OPERATIONS.md): ASGI for the live stream, a connection pool.
-    "asgi": ("config.asgi:application", "uvicorn_worker.UvicornWorker",
-             {"DATABASE_POOL_MAX": "20"}),
-    "wsgi": ("config.wsgi:application", "sync", {}),
-}
-
-
 def gunicorn_start(workers: int, server: str = "asgi") -> tuple[subprocess.Popen, int]:
     """Start gunicorn on a free port against the bench database; wait until it answers."""
     port = free_port()
-    application, worker_class, environment = SERVERS[server]
+    application, worker_class, environment = WEB_SERVERS[server]
     process = subprocess.Popen(
         [str(Path(sys.executable).parent / "gunicorn"), application,
          "--bind", f"127.0.0.1:{port}", "--workers", str(workers), "--worker-class",
