@@ -65,8 +65,9 @@ def main() -> None:
                         help="asgi (default): production's gunicorn + uvicorn worker on "
                              "config.asgi; wsgi: gunicorn sync workers on config.wsgi")
     parser.add_argument("--py-spy", type=Path, metavar="DIR", dest="py_spy",
-                        help="sample the web's and the Celery worker's process trees with "
-                             "py-spy during the run (pip install py-spy), write each one's "
+                        help="sample the web's, the Celery worker's and the clock's process "
+                             "trees with py-spy during the run (pip install py-spy), write "
+                             "each one's "
                              "stacks to DIR and print their costliest frames; sampling "
                              "costs CPU, so that run's CPU figures are not results")
     args = parser.parse_args()
@@ -163,7 +164,7 @@ def run(*, tasks: int, takers: int, idle: float, children: common.Children,
                unit=" ms", most=True)
 
 
-SAMPLED = ("gunicorn", "celery worker")
+SAMPLED = ("gunicorn", "celery worker", "clock")
 
 
 def _samplers_start(directory: Path, children: common.Children) -> dict[str, tuple]:
