@@ -180,8 +180,11 @@ def _samplers_start(directory: Path, children: common.Children) -> dict[str, tup
     for name in SAMPLED:
         output = directory / f"{name.replace(' ', '-')}.txt"
         process = subprocess.Popen(
+            # --gil: only the samples of a thread holding the GIL, Python on a CPU (this
+            # bench's figure), not threads waiting on a socket, a lock or a sleep.
             [spy, "record", "--pid", str(children.started[name].pid), "--subprocesses",
-             "--rate", "200", "--nonblocking", "--format", "raw", "--output", str(output)],
+             "--gil", "--rate", "200", "--nonblocking", "--format", "raw",
+             "--output", str(output)],
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         samplers[name] = (process, output)
     time.sleep(2)  # py-spy attaches

@@ -310,10 +310,11 @@ class TooLateToUndo(Conflict):
 
 def _undone(task: Task, step: Step) -> dict[str, Any]:
     """The decision is taken back, never sent; the work clock runs on from where it stopped."""
-    # A conditional update, in the task's transaction: the sender's claim (inbox.services.
-    # callback._claim) takes the same row once it is due, and of the two exactly one changes
-    # it. The row counts only if it was never claimed (attempts 0) and is still inside its
-    # window: a claimed row may be on its way to Step Functions right now.
+    # A conditional update, in the task's transaction: a sender's claim (inbox.services.
+    # callback._claim_ids, or _claim_due for a drain) takes the same row once it is due,
+    # and of the two exactly one changes it. The row counts only if it was never claimed
+    # (attempts 0) and is still inside its window: a claimed row may be on its way to
+    # Step Functions right now.
     withdrawn = Outbox.objects.filter(
         task=task, decision_version=task.version, status=OutboxStatus.PENDING, attempts=0,
         next_attempt_at__gt=step.now,

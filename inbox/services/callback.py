@@ -218,18 +218,10 @@ def callback_problem(*, kind: str, output: Any, error: str, cause: str) -> str |
 
 
 def _claim(*, outbox_id: int) -> Outbox | None:
-    """Claim a due pending row for one attempt; return it, or None if not ours to send."""
-    now = timezone.now()
-    lease = datetime.timedelta(seconds=_setting("INBOX_CALLBACK_LEASE_SECONDS"))
-    # A conditional update: of two senders racing for one row, exactly one changes it;
-    # the lease keeps the row from being due again while this attempt runs. An undo racing
-    # this claim withdraws the row only if it is unclaimed (inbox.lifecycle._undone).
-    claimed = Outbox.objects.filter(
-        pk=outbox_id, status=OutboxStatus.PENDING, next_attempt_at__lte=now
-    ).update(attempts=F("attempts") + 1, next_attempt_at=now + lease)
-    if claimed != 1:
-        return None
-    return Outbox.objects.select_related("task").get(pk=outbox_id)
+    """Claim a due pending row for one attempt; return it (with what sending it reads), or
+    None if not ours to send. The batch's claim and read, for one row."""
+    rows = _claimed_rows(_claim_ids([outbox_id]))
+    return rows[0] if rows else None
 
 
 def _ours(row: Outbox) -> Q:
@@ -487,8 +479,10 @@ def _claim_ids(outbox_ids: list[int]) -> dict[int, int]:
     ids = sorted({int(pk) for pk in outbox_ids})
     pending = str(OutboxStatus.PENDING)
     with connection.cursor() as cursor:
-        # A conditional update, as _claim's: of two senders racing for a row, exactly one
-        # changes it, and the lease keeps it from being due again while this attempt runs.
+        # A conditional update: of two senders racing for a row, exactly one changes it,
+        # and the lease keeps it from being due again while this attempt runs. An undo
+        # racing this claim withdraws the row only if it is unclaimed
+        # (inbox.lifecycle._undone).
         cursor.execute(
             f"UPDATE {table} SET attempts = attempts + 1, next_attempt_at = %s "  # noqa: S608
             f"WHERE status = %s AND next_attempt_at <= %s "
@@ -511,9 +505,9 @@ def _claim_due(*, limit: int) -> list[Outbox]:
                    if connection.features.has_select_for_update_skip_locked else "")
     pending = str(OutboxStatus.PENDING)
     with connection.cursor() as cursor:
-        # A conditional update, as _claim's: of two senders racing for a row, exactly one
-        # changes it, and the lease keeps it from being due again while this attempt runs.
-        # An undo racing this claim withdraws the row only if it is unclaimed
+        # A conditional update, as _claim_ids's: of two senders racing for a row, exactly
+        # one changes it, and the lease keeps it from being due again while this attempt
+        # runs. An undo racing this claim withdraws the row only if it is unclaimed
         # (inbox.lifecycle._undone): the row lock makes the second of the two see the
         # first's change, and of the two exactly one wins.
         # MATERIALIZED: the due rows are picked once. As a plain subquery PostgreSQL may

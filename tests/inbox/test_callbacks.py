@@ -723,6 +723,32 @@ def test_the_statements_of_a_drain_do_not_grow_with_the_batch(
 
 
 @pytest.mark.emulator
+def test_one_send_claims_and_reads_as_a_batch_does_and_never_reads_the_input(
+    invoice_machine, reviewer, spy
+):
+    """The on-commit send of one decision: one claiming UPDATE, one read of what sending
+    needs (not the task's input, answer or form), then the record of the outcome (which
+    reads no input either); the same statements as a batch of one."""
+    outbox = _complete(_review(invoice_machine), reviewer)
+    with CaptureQueriesContext(connection) as queries:
+        assert callback_send(outbox_id=outbox.pk) == SendResult.SENT
+    sql = [q["sql"] for q in queries.captured_queries]
+    assert sql[0].startswith('UPDATE "inbox_outbox"'), sql[0]
+    assert sql[1].startswith("SELECT") and '"inbox_outbox"' in sql[1], sql[1]
+    for column in ("input", "input_order", "answer", "form"):
+        assert f'"inbox_task"."{column}"' not in sql[1], column
+    for column in ("input", "input_order"):
+        assert not any(f'"inbox_task"."{column}"' in statement for statement in sql), column
+    assert len(spy.calls) == 1
+
+    single = len(sql)
+    other = _complete(_review(invoice_machine), reviewer)
+    with CaptureQueriesContext(connection) as queries:
+        assert callbacks.callbacks_send(outbox_ids=[other.pk]) == 1
+    assert len(queries) == single
+
+
+@pytest.mark.emulator
 def test_the_limiter_is_asked_before_each_send(invoice_machine, reviewer, spy, settings,
                                                monkeypatch):
     """A spy wraps (and calls) the drain's rate limit; the spy on the boto3 client checks,
