@@ -5,6 +5,8 @@ import threading
 
 import pytest
 from django.core.management import call_command
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from inbox.management.commands import clock_run
 from inbox.models import Task, TaskState
@@ -40,6 +42,23 @@ def test_the_clock_sleeps_until_the_next_deadline_then_applies_it(clock, make_ta
     clock.advance(seconds=5)
     assert deadlines_wait(most=2) == 2.0
     assert Task.objects.get(pk=taken.pk).state == TaskState.QUEUED
+
+
+def test_a_round_with_nothing_due_reads_the_next_deadline_and_locks_nothing(
+    clock, make_task, worker
+):
+    """Most rounds find nothing due: they cost the three MINs, not a sweep's transactions."""
+    make_task(timeouts=SHORT)
+    task_take_next(worker=worker)
+    with CaptureQueriesContext(connection) as queries:
+        assert deadlines_wait(most=30) == 5.0
+    sql = [query["sql"] for query in queries.captured_queries]
+    assert len(sql) == 3 and all(s.startswith("SELECT MIN(") for s in sql), sql
+    clock.advance(seconds=5)
+    with CaptureQueriesContext(connection) as queries:
+        assert deadlines_wait(most=30) == 30.0  # swept: the overall clock, an hour away
+    assert len(queries) > 6  # the three MINs, the sweep's clocks, the three MINs again
+    assert Task.objects.filter(state=TaskState.QUEUED).count() == 1
 
 
 def test_with_nothing_running_the_clock_waits_its_longest(db):
