@@ -8,15 +8,17 @@ For each size: load that many non-due tasks (60% completed, 20% queued, 10% in p
 10% offered, every clock running in the future) and --due tasks whose deadline has
 passed, a third each on the offer, work and overall clock (policy abort), with one
 INSERT ... SELECT generate_series each. Then run the clock process's loop
-(inbox.services.clock.deadlines_wait: sweep, then sleep until the next deadline, at most
-INBOX_CLOCK_MAX_WAIT_MS; no pause while a batch comes back full), optionally under load
+(inbox.services.clock.deadlines_round, as deadlines_wait runs it: sweep when a deadline
+has passed, then sleep until the next, at most INBOX_CLOCK_MAX_WAIT_MS; no pause while a
+batch comes back full), optionally under load
 in processes of their own: --takers workers taking and releasing tasks as fast as they
 can (bench/_taker.py), --intake envelopes a second through the intake and --callbacks
 threads completing tasks and sending their callbacks (bench/_load.py); --clock-nice runs
 the sweeping loop ahead of them, as INBOX_CLOCK_NICE does for the clock process:
 
 - backlog: until every due deadline is handled. Figures: deadlines per second of wall
-  time and of sweeping time, and how long after the first sweep each was handled.
+  time and of the rounds' time (sweeps and the next deadline's reads, not the sleeps),
+  and how long after the first sweep each was handled.
 - steady: --steady-rate deadlines fall due per second for --steady-seconds (clocks of
   non-due tasks moved to fall due then); lateness is handled-at (the time of the timeout's
   TaskEvent) minus due-at (the deadline it had), p50/p99.
@@ -303,29 +305,23 @@ def sweep_until(args: argparse.Namespace, *, expected: int, label: str,
             from django.utils import timezone
 
             first = timezone.now()
-        result = clock.deadlines_sweep(batch=args.batch)
+        # The clock process's round (inbox.services.clock.deadlines_wait): a sweep when
+        # a deadline has passed, then at once while a batch came back full, else a sleep
+        # until the next deadline, at most max_wait.
+        wait, result = clock.deadlines_round(most=args.max_wait, batch=args.batch)
         elapsed = time.perf_counter() - start
         busy += elapsed
-        sweeps += 1
-        if result["failed"]:
+        sweeps += bool(result)
+        if result.get("failed"):
             raise SystemExit(f"{label}: {result['failed']} timeouts failed: {result}")
-        done = result["offer"] + result["work"] + result["overall"]
+        done = sum(result.get(name, 0) for name in ("offer", "work", "overall"))
         handled += done
         if handled >= expected and time.perf_counter() - began >= at_least:
             break
         idle_since = None if done else (idle_since or time.perf_counter())
         if idle_since and time.perf_counter() - idle_since > 10 * args.max_wait + 10:
             raise SystemExit(f"{label}: stuck at {handled:,} of {expected:,} deadlines")
-        # As the clock process (inbox.services.clock.deadlines_wait): at once while a
-        # batch came back full, else until the next deadline, at most max_wait.
-        if max(result["offer"], result["work"], result["overall"]) >= args.batch:
-            continue
-        upcoming = clock.next_deadline()
-        from django.utils import timezone
-
-        wait = args.max_wait if upcoming is None else min(
-            args.max_wait, (upcoming - timezone.now()).total_seconds())
-        time.sleep(max(0.0, wait))
+        time.sleep(wait)
     wall = time.perf_counter() - began
     return {"handled": handled, "sweeps": sweeps, "busy": busy, "wall": wall, "first": first}
 

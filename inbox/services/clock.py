@@ -226,18 +226,30 @@ def deadlines_wait(*, most: float, now: datetime.datetime | None = None) -> floa
     deadline, or most seconds, so a nearer deadline set meanwhile by another process (an
     offer, a take) is seen within most seconds.
     """
+    return deadlines_round(most=most, now=now)[0]
+
+
+def deadlines_round(*, most: float, batch: int | None = None,
+                    now: datetime.datetime | None = None) -> tuple[float, dict[str, int]]:
+    """One round of the clock's deadline loop (deadlines_wait); return how long to sleep
+    and what its sweep handled per clock (empty when nothing was due, so no sweep ran).
+
+    batch: the sweep's rows per clock (BATCH); bench/sweeper.py runs the loop with others.
+    """
+    batch = batch or BATCH
     now = now or timezone.now()
     upcoming = next_deadline()
+    handled: dict[str, int] = {}
     # The three MINs first: with nothing due (most rounds), no clock's transaction and
     # locking read is run at all. The sweep's own filters are the MINs' (clocks()).
     if upcoming is not None and upcoming <= now:
-        handled = deadlines_sweep(now=now)
-        if max(handled.get(clock, 0) for clock in ("offer", "work", "overall")) >= BATCH:
-            return 0.0
+        handled = deadlines_sweep(batch=batch, now=now)
+        if max(handled.get(clock, 0) for clock in ("offer", "work", "overall")) >= batch:
+            return 0.0, handled
         upcoming = next_deadline()
     if upcoming is None:
-        return most
-    return max(0.0, min(most, (upcoming - timezone.now()).total_seconds()))
+        return most, handled
+    return max(0.0, min(most, (upcoming - timezone.now()).total_seconds())), handled
 
 
 # Heartbeats ------------------------------------------------------------------------------
