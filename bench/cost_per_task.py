@@ -24,8 +24,8 @@ process trees is read before the executions start and after the last callback wa
 Beat's ticks and the clock's sweeps cost CPU with no task at all, so the same processes
 are first watched idle for a while, and that idle rate times the run's duration is
 subtracted (both are printed). The emulator and this driver are not counted;
-PostgreSQL's backends serving the bench database
-are shown apart (approximate: a backend that exits meanwhile is missed).
+PostgreSQL's backends serving the bench database are shown apart (approximate: a backend
+that exits meanwhile is missed).
 """
 
 import argparse
@@ -67,9 +67,8 @@ def main() -> None:
     parser.add_argument("--py-spy", type=Path, metavar="DIR", dest="py_spy",
                         help="sample the web's, the Celery worker's and the clock's process "
                              "trees with py-spy during the run (pip install py-spy), write "
-                             "each one's "
-                             "stacks to DIR and print their costliest frames; sampling "
-                             "costs CPU, so that run's CPU figures are not results")
+                             "each one's stacks to DIR and print their costliest frames; "
+                             "sampling costs CPU, so that run's CPU figures are not results")
     args = parser.parse_args()
     if args.quick:
         args.tasks, args.idle = 60, 15

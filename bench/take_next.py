@@ -253,16 +253,13 @@ def cpu_split(pools: dict[str, list[list[int]]], taker_skill: list[int], calls: 
     import psycopg
     from django.db import connection
 
-    from accounts.models import User
     from inbox.services import worker as worker_service
 
     if "service" not in pools or "raw" not in pools:
         print("--cpu needs the raw and service phases")
         return
-    workers = list(User.objects.filter(pk__in=[w for p in pools["service"] for w in p]))
-    if calls > len(workers) * capacity:
-        raise SystemExit(f"--cpu {calls}: the service workers hold only "
-                         f"{len(workers) * capacity:,} tasks (raise --workers-per-taker)")
+    workers = _service_workers(pools)
+    _room_check("--cpu", calls, holders=len(workers), capacity=capacity)
     rows = []
     with connection.cursor() as cursor:
         taken = []
@@ -292,21 +289,32 @@ def cpu_split(pools: dict[str, list[list[int]]], taker_skill: list[int], calls: 
     print(table(["path", "client CPU ms", "PostgreSQL CPU ms", "total"], rows))
 
 
+def _service_workers(pools: dict[str, list[list[int]]]) -> list:
+    """Return the service phase's workers, every taker's pool (none without the phase)."""
+    from accounts.models import User
+
+    return list(User.objects.filter(pk__in=[w for p in pools.get("service", []) for w in p]))
+
+
+def _room_check(option: str, calls: int, *, holders: int, capacity: int) -> None:
+    """Exit unless holders workers, each taking up to capacity, can take calls tasks."""
+    if calls > holders * capacity:
+        raise SystemExit(f"{option} {calls}: its workers hold only {holders * capacity:,} "
+                         "tasks (raise --workers-per-taker)")
+
+
 def profile_service(pools: dict[str, list[list[int]]], calls: int, capacity: int) -> None:
     """Profile calls service takes in this process and print the costliest functions."""
     import cProfile
     import pstats
 
-    from accounts.models import User
     from inbox.services import worker as worker_service
 
-    workers = list(User.objects.filter(pk__in=[w for p in pools.get("service", []) for w in p]))
+    workers = _service_workers(pools)
     if not workers:
         print("--profile needs the service phase")
         return
-    if calls > len(workers) * capacity:
-        raise SystemExit(f"--profile {calls}: the service workers hold only "
-                         f"{len(workers) * capacity:,} tasks (raise --workers-per-taker)")
+    _room_check("--profile", calls, holders=len(workers), capacity=capacity)
     taken = []
     profiler = cProfile.Profile()
     started = time.perf_counter()
@@ -341,9 +349,8 @@ def profile_http(pools: dict[str, list[list[int]]], calls: int, capacity: int) -
         return
     client = Client(HTTP_HOST="127.0.0.1")  # The host the HTTP phase sends (ALLOWED_HOSTS).
     headers = [{"HTTP_AUTHORIZATION": f"Token {token}"} for token in tokens]
-    if calls + 5 > len(headers) * capacity:
-        raise SystemExit(f"--profile-http {calls}: the HTTP workers hold only "
-                         f"{len(headers) * capacity:,} tasks (raise --workers-per-taker)")
+    # The first five warm up with one take each; the others take up to their capacity.
+    _room_check("--profile-http", calls, holders=len(headers) - 5, capacity=capacity)
     for extra in headers[:5]:  # Warm: the URL resolver, DRF's settings, the first plans.
         assert client.post("/api/inbox/tasks/next/", b"{}", content_type="application/json",
                            **extra).status_code == 200
