@@ -14,6 +14,7 @@ from django.utils import timezone
 from accounts.models import PeerVisibility, User, WorkerSkill
 from accounts.roles import Role
 from accounts.selectors import user_roles
+from config.compiled import CompiledRead
 from config.errors import Conflict, InboxError, NotFound
 from inbox.eligibility import ACCESS, Reason, over_capacity, worker_verdict
 from inbox.models import (
@@ -144,18 +145,38 @@ def access_task(*, user: User, task_id: object, action: Action = "view") -> Task
     """
     if action not in ("view", "manage"):
         raise ValueError(f"unknown action {action!r}")
-    tasks = _filtered(visibility_for(user=user), view=action == "view")
+    visibility = visibility_for(user=user)
+    # The read's shape: which of the policy's conditions apply (every request of a task
+    # runs it; its SQL is compiled once per shape, config.compiled).
+    shape = (visibility.everything, visibility.supervisor, visibility.worker, action)
     try:
-        task = tasks.select_related("skill", "assignee").annotate(
-            # What hold_problem asks of the user, read with the task (no second query).
-            actor_proficiency=WorkerSkill.objects.filter(
-                worker_id=user.pk, skill_id=OuterRef("skill_id")).values("proficiency")[:1],
-        ).get(pk=task_id)
-    except (Task.DoesNotExist, ValidationError, ValueError, TypeError):
+        found = _ACCESS_READ.run(shape, user_id=user.pk, task_id=task_id)
+    except (ValidationError, ValueError, TypeError):
         # A malformed id is as unknown as a missing one.
         raise NotFound("No such task.") from None
+    if not found:
+        raise NotFound("No such task.")
+    task = found[0]
     task.proficiency_of = user.pk  # Whose proficiency actor_proficiency is.
     return task
+
+
+def _access_query(shape: tuple[bool, bool, bool, Action], *, user_id: int,
+                  task_id: object) -> QuerySet[Task]:
+    """Build access_task's read for one shape of the policy (user_id, task_id: bound)."""
+    everything, supervisor, worker, action = shape
+    visibility = Visibility(user_id=user_id, everything=everything, supervisor=supervisor,
+                            worker=worker)
+    return _filtered(visibility, view=action == "view").select_related(
+        "skill", "assignee").annotate(
+        # What hold_problem asks of the user, read with the task (no second query).
+        actor_proficiency=WorkerSkill.objects.filter(
+            worker_id=user_id, skill_id=OuterRef("skill_id")
+        ).order_by().values("proficiency")[:1],
+    ).filter(pk=task_id)
+
+
+_ACCESS_READ = CompiledRead(_access_query, user_id=User._meta.pk, task_id=Task._meta.pk)
 
 
 def _access_gap(*, user: User, task: Task) -> tuple[str, int | None] | None:

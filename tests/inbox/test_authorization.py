@@ -21,7 +21,7 @@ from inbox import live
 from inbox.lifecycle import AccessLost
 from inbox.live import signals_after
 from inbox.models import Outbox, Task, TaskEvent, TaskState
-from inbox.selectors import access_task, visible_tasks
+from inbox.selectors import _filtered, access_task, visibility_for, visible_tasks
 from inbox.services.access import worker_access_recheck
 from inbox.services.dispatcher import task_dispatch
 from inbox.services.worker import task_accept, task_claim, task_complete, task_release
@@ -147,7 +147,8 @@ def test_a_user_without_a_role_or_deactivated_sees_nothing(held, ana, make_user)
 def test_the_sql_policy_and_the_live_streams_agree_on_every_user_and_task(
     make_task, make_worker, make_user, approval_skill, check_skill, admin
 ):
-    """visible_tasks (SQL) and Visibility.sees (the live audience) are the same policy."""
+    """visible_tasks (SQL), access_task and Visibility.sees (the live audience) are the
+    same policy."""
     Skill.objects.filter(slug="finance-approval").update(peer_visibility=PeerVisibility.TEAM)
     ana = make_worker({"invoice-review": 3, "finance-approval": 2}, email="ana@example.com")
     bea = make_worker({"invoice-review": 5}, email="bea@example.com")
@@ -180,6 +181,19 @@ def test_the_sql_policy_and_the_live_streams_agree_on_every_user_and_task(
             sees = visibility.sees(skill_id=task.skill_id, min_proficiency=task.min_proficiency,
                                    state=task.state, assignee_id=task.assignee_id)
             assert sees == (task.pk in visible), (user.email, task.state, task.skill_id)
+        # access_task (its SQL compiled once per shape of the policy) agrees with both.
+        managed = set(_filtered(visibility_for(user=user), view=False)
+                      .values_list("pk", flat=True))
+        for task in Task.objects.all():
+            for action, allowed in (("view", visible), ("manage", managed)):
+                try:
+                    read = access_task(user=user, task_id=task.pk, action=action)
+                except NotFound:
+                    read = None
+                assert (read is not None) == (task.pk in allowed), (user.email, action)
+                if read is not None:
+                    assert (read.pk, read.version, read.assignee_id) == (
+                        task.pk, task.version, task.assignee_id)
         seen_by_someone |= visible
         if user in (nobody, gone):
             assert visible == set()

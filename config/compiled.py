@@ -1,0 +1,137 @@
+"""Reads the ORM builds and compiles once per shape; each call binds its own values.
+
+Building a queryset with a few subqueries and compiling it costs the ORM milliseconds,
+where running the statement costs a tenth of that (access_task: 2.0 ms against 0.16 ms).
+A hot read whose shape (its joins, its conditions) depends only on a few flags is built
+once per shape with stand-in values, compiled, and run again with each call's values put
+where the stand-ins were. The rows become instances as the ORM's own iterable makes them
+(select_related objects and annotations included), through the compiler kept from that
+first compile.
+
+Each bound value is declared with the field it is compared to, so it is prepared exactly
+as the ORM prepares it (a UUID stays a UUID on PostgreSQL, becomes hex text on SQLite; a
+malformed one raises ValidationError, as the ORM's filter does).
+"""
+
+import copy
+import threading
+import uuid
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass
+from typing import Any
+
+from django.core.exceptions import EmptyResultSet
+from django.db import connections
+from django.db.models import Field, QuerySet
+from django.db.models.query import get_related_populators
+
+
+@dataclass(frozen=True)
+class _Shape:
+    """One shape compiled: its SQL, where each value goes, and how rows become instances."""
+
+    sql: str | None  # None: the shape matches nothing (EmptyResultSet).
+    params: tuple[Any, ...]
+    slots: tuple[tuple[int, str], ...]  # (position in params, the value's name)
+    compiler: Any
+    init_list: tuple[str, ...]
+    start: int
+    end: int
+    populators: tuple[Any, ...]
+    annotations: tuple[tuple[str, int], ...]
+
+
+class CompiledRead:
+    """A read of model instances, compiled once per (shape key, database) and run again.
+
+    build(key, **values) returns the queryset for one shape; it must use each value only
+    where it is compared to the field declared for it (a filter, a subquery's filter), so
+    that it reaches the SQL as one parameter. A value used otherwise (turned into SQL
+    text, or never used) fails the first compile loudly instead of binding wrongly.
+    """
+
+    def __init__(self, build: Callable[..., QuerySet], **fields: Field) -> None:
+        self.build, self.fields = build, fields
+        self._shapes: dict[tuple[Hashable, str], _Shape] = {}
+        self._lock = threading.Lock()  # One compile per shape, whichever thread is first.
+        # Stand-ins no real value equals: one per name, of the type its field prepares.
+        self._stand_ins = {name: _stand_in(field, index)
+                           for index, (name, field) in enumerate(fields.items())}
+
+    def run(self, key: Hashable, *, using: str = "default", **values: Any) -> list[Any]:
+        """Return the instances the shape key reads with these values."""
+        if values.keys() != self.fields.keys():
+            raise TypeError(f"CompiledRead.run takes {sorted(self.fields)}, "
+                            f"not {sorted(values)}")
+        connection = connections[using]
+        shape = self._shapes.get((key, connection.vendor))
+        if shape is None:
+            with self._lock:
+                shape = self._shapes.get((key, connection.vendor)) or self._compile(
+                    key, using)
+                self._shapes[(key, connection.vendor)] = shape
+        if shape.sql is None:
+            return []
+        prepared = {name: self.fields[name].get_db_prep_value(value, connection)
+                    for name, value in values.items()}
+        params = list(shape.params)
+        for position, name in shape.slots:
+            params[position] = prepared[name]
+        compiler = copy.copy(shape.compiler)
+        compiler.connection = connection  # Converters get this thread's own connection.
+        with connection.cursor() as cursor:
+            cursor.execute(shape.sql, params)
+            rows = cursor.fetchall()
+        found = []
+        for row in compiler.results_iter([rows]):
+            obj = compiler.klass_info["model"].from_db(using, shape.init_list,
+                                                       row[shape.start:shape.end])
+            for populator in shape.populators:
+                populator.populate(row, obj)
+            for name, position in shape.annotations:
+                setattr(obj, name, row[position])
+            found.append(obj)
+        return found
+
+    def _compile(self, key: Hashable, using: str) -> _Shape:
+        queryset = self.build(key, **{name: value for name, value in
+                                      self._stand_ins.items()}).using(using)
+        if queryset._known_related_objects or queryset._prefetch_related_lookups:
+            raise ValueError("CompiledRead runs one statement: no prefetch, no known objects.")
+        compiler = queryset.query.get_compiler(using=using)
+        try:
+            sql, params = compiler.as_sql()
+        except EmptyResultSet:
+            return _Shape(None, (), (), None, (), 0, 0, (), ())
+        connection = connections[using]
+        marks = {}
+        for name, stand_in in self._stand_ins.items():
+            marks[name] = self.fields[name].get_db_prep_value(stand_in, connection)
+        slots = tuple((position, name) for position, param in enumerate(params)
+                      for name, mark in marks.items()
+                      if type(param) is type(mark) and param == mark)
+        unbound = set(marks) - {name for _, name in slots}
+        if unbound:
+            raise ValueError(f"CompiledRead shape {key!r}: {sorted(unbound)} never reach the "
+                             "SQL as parameters; compare each to its declared field.")
+        klass_info, select = compiler.klass_info, compiler.select
+        start, end = klass_info["select_fields"][0], klass_info["select_fields"][-1] + 1
+        return _Shape(
+            sql=sql, params=tuple(params), slots=slots, compiler=compiler,
+            init_list=tuple(column[0].target.attname for column in select[start:end]),
+            start=start, end=end,
+            populators=tuple(get_related_populators(klass_info, select, using)),
+            annotations=tuple(compiler.annotation_col_map.items()))
+
+
+def _stand_in(field: Field, index: int) -> Any:
+    """Return a value of the field's type that no real row or caller uses."""
+    kind = field.get_internal_type()
+    if kind == "UUIDField":
+        return uuid.UUID(int=(0x5EED_0000_0000_0000 << 64) | (0xC0_FFEE << 8) | index)
+    if kind in ("AutoField", "BigAutoField", "IntegerField", "BigIntegerField",
+                "ForeignKey", "SmallIntegerField", "PositiveIntegerField"):
+        return -(2**62) + 7_919 * index + 104_729
+    if kind in ("CharField", "TextField", "SlugField", "EmailField"):
+        return f"\x1fcompiled-read-stand-in-{index}\x1f"
+    raise ValueError(f"CompiledRead has no stand-in for a {kind}.")

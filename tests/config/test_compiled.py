@@ -1,0 +1,109 @@
+"""config.compiled: a read compiled once per shape answers as the ORM does, with each
+call's own values, and refuses a build whose values would not bind."""
+
+import threading
+import uuid
+
+import pytest
+from django.core.exceptions import ValidationError
+from django.db import connection
+from django.db.models import OuterRef
+from django.test.utils import CaptureQueriesContext
+
+from accounts.models import User, WorkerSkill
+from config.compiled import CompiledRead
+from inbox.models import Task
+
+
+def _held(shape, *, worker_id, task_id):
+    """A task with its skill and holder, and the worker's proficiency in its skill."""
+    tasks = Task.objects.none() if shape == "none" else Task.objects.all()
+    return tasks.select_related("skill", "assignee").annotate(
+        proficiency=WorkerSkill.objects.filter(worker_id=worker_id, skill_id=OuterRef(
+            "skill_id")).order_by().values("proficiency")[:1]).filter(pk=task_id)
+
+
+READ = CompiledRead(_held, worker_id=User._meta.pk, task_id=Task._meta.pk)
+
+
+@pytest.fixture
+def two_held(make_task, make_worker):
+    from inbox.services.worker import task_claim
+
+    ana = make_worker({"invoice-review": 3}, email="ana@example.com")
+    bea = make_worker({"invoice-review": 5}, email="bea@example.com")
+    first = task_claim(worker=ana, task_id=make_task().pk)
+    second = task_claim(worker=bea, task_id=make_task().pk)
+    return ana, bea, first, second
+
+
+def test_each_call_binds_its_own_values_and_builds_what_the_orm_builds(two_held):
+    ana, bea, first, second = two_held
+    for worker, task in ((ana, first), (bea, second), (ana, second), (bea, first)):
+        [got] = READ.run("all", worker_id=worker.pk, task_id=task.pk)
+        [want] = _held("all", worker_id=worker.pk, task_id=task.pk)
+        assert got.pk == task.pk
+        assert [getattr(got, f.attname) for f in Task._meta.concrete_fields] == [
+            getattr(want, f.attname) for f in Task._meta.concrete_fields]
+        assert got.proficiency == want.proficiency == (3 if worker == ana else 5)
+        # select_related: the skill and the holder came in the same statement.
+        with CaptureQueriesContext(connection) as queries:
+            assert got.skill.slug == "invoice-review"
+            assert got.assignee.email == task.assignee.email
+        assert len(queries) == 0
+
+
+def test_one_statement_and_no_row_for_an_unknown_id(two_held):
+    ana, *_ = two_held
+    with CaptureQueriesContext(connection) as queries:
+        assert READ.run("all", worker_id=ana.pk, task_id=uuid.uuid4()) == []
+    assert len(queries) == 1
+
+
+def test_a_malformed_id_fails_as_the_orms_filter_does(two_held):
+    ana, *_ = two_held
+    with pytest.raises(ValidationError):
+        READ.run("all", worker_id=ana.pk, task_id="not-a-uuid")
+    with pytest.raises(ValidationError):
+        list(_held("all", worker_id=ana.pk, task_id="not-a-uuid"))
+
+
+def test_a_shape_that_matches_nothing_runs_no_statement(two_held):
+    ana, _, first, _ = two_held
+    with CaptureQueriesContext(connection) as queries:
+        assert READ.run("none", worker_id=ana.pk, task_id=first.pk) == []
+    assert len(queries) == 0
+
+
+def test_the_values_named_are_the_ones_declared(two_held):
+    ana, *_ = two_held
+    with pytest.raises(TypeError, match="task_id"):
+        READ.run("all", worker_id=ana.pk)
+
+
+def test_a_value_that_never_reaches_the_sql_as_a_parameter_fails_the_compile(db):
+    unused = CompiledRead(lambda shape, *, user_id: User.objects.all(),
+                          user_id=User._meta.pk)
+    with pytest.raises(ValueError, match=r"\['user_id'\] never reach the SQL"):
+        unused.run("all", user_id=1)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_shape_compiled_in_one_thread_runs_on_anothers_connection(two_held):
+    ana, bea, first, second = two_held
+    read = CompiledRead(_held, worker_id=User._meta.pk, task_id=Task._meta.pk)
+    assert read.run("all", worker_id=ana.pk, task_id=first.pk)[0].proficiency == 3
+    answers = []
+
+    def other() -> None:
+        from django.db import connections
+
+        try:
+            answers.append(read.run("all", worker_id=bea.pk, task_id=second.pk)[0])
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=other)
+    thread.start()
+    thread.join()
+    assert [(task.pk, task.proficiency) for task in answers] == [(second.pk, 5)]
