@@ -3,10 +3,13 @@
 from django.db import connections
 from django.urls import reverse
 
+from config.celery import app
+
 
 def web_warm() -> None:
     """Build what Django otherwise builds in the first requests: the URL resolver's
-    reverse tables and each database's connection pool (not opened: no connection yet).
+    reverse tables and each database's connection pool (not opened: no connection yet),
+    and import the broker's transport (kombu's, with the Redis client under it).
 
     Django builds both on first use without a lock: under a burst right after a start
     (every open page reconnecting its live stream after a deploy), each request's thread
@@ -18,3 +21,7 @@ def web_warm() -> None:
     reverse("inbox:live")  # builds every reverse table of the URL resolver
     for connection in connections.all():
         getattr(connection, "pool", None)  # PostgreSQL's, when OPTIONS has a pool
+    # The first message a request enqueued (a decision's callback) imported the transport:
+    # with redis-py's asyncio and cluster modules, about a second of CPU in each process
+    # (py-spy of bench/cost_per_task.py), spent inside that first decision's request.
+    app.connection_for_write().get_transport_cls()  # a class: nothing is connected

@@ -35,3 +35,28 @@ def test_the_web_entry_points_make_the_connection_pool_before_serving(monkeypatc
     finally:
         pools.clear()
         pools.update(saved)
+
+
+def test_the_web_entry_points_import_the_brokers_transport_before_serving():
+    """A fresh process: the transport's module (the Redis client's, under Redis) is
+    imported by the entry point, not by the first request that enqueues a message."""
+    import subprocess
+    import sys
+
+    from django.conf import settings
+
+    probe = (
+        "import sys; from kombu.transport import TRANSPORT_ALIASES; "
+        "from kombu.utils.url import url_to_parts; "
+        "from config.celery import app; "
+        "module = TRANSPORT_ALIASES[url_to_parts(app.conf.broker_url).scheme]"
+        ".split(':')[0]; "
+        "before = module in sys.modules; "
+        "import config.wsgi; "
+        "print(before, module in sys.modules)"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          timeout=120, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["False", "True"], (settings.CELERY_BROKER_URL,
+                                                     done.stdout)
