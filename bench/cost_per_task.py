@@ -207,10 +207,12 @@ def _samplers_report(samplers: dict[str, tuple], top: int = 15) -> None:
             raise RuntimeError(f"py-spy wrote no {output}: {errors[-500:]}")
         ours: Counter[str] = Counter()
         leaves: Counter[str] = Counter()
-        total = 0
-        for line in output.read_text().splitlines():
+        total = unreadable = 0
+        # py-spy may cut a stack short as it stops (seen: a line ending in "(", no count).
+        for line in output.read_text(errors="replace").splitlines():
             stack, _, count = line.rpartition(" ")
-            if not stack:
+            if not stack or not count.isdigit():
+                unreadable += 1
                 continue
             frames = [re.sub(r":\d+\)$", ")", frame) for frame in stack.split(";")]
             total += int(count)
@@ -218,7 +220,8 @@ def _samplers_report(samplers: dict[str, tuple], top: int = 15) -> None:
             for frame in set(frames):
                 if OUR_CODE.search(frame):
                     ours[frame] += int(count)
-        print(f"\npy-spy, {name}: {total:,} samples ({output})")
+        skipped = f"; {unreadable} unreadable lines left out" if unreadable else ""
+        print(f"\npy-spy, {name}: {total:,} samples ({output}{skipped})")
         for title, counts in (("the project's functions, inclusive", ours),
                               ("leaves (self)", leaves)):
             print(f"  {title}:")
