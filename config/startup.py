@@ -22,6 +22,6 @@ def web_warm() -> None:
     for connection in connections.all():
         getattr(connection, "pool", None)  # PostgreSQL's, when OPTIONS has a pool
     # The first message a request enqueued (a decision's callback) imported the transport:
-    # with redis-py's asyncio and cluster modules, about a second of CPU in each process
-    # (py-spy of bench/cost_per_task.py), spent inside that first decision's request.
+    # with redis-py's asyncio and cluster modules, 130-150 ms of CPU in each process on
+    # this kind of machine, spent inside that first decision's request.
     app.connection_for_write().get_transport_cls()  # a class: nothing is connected
