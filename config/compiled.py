@@ -10,7 +10,9 @@ first compile.
 
 Each bound value is declared with the field it is compared to, so it is prepared exactly
 as the ORM prepares it (a UUID stays a UUID on PostgreSQL, becomes hex text on SQLite; a
-malformed one raises ValidationError, as the ORM's filter does).
+malformed one raises ValidationError, as the ORM's filter does). A list of values (an
+``__in`` filter) is declared Many(field): each length is a shape of its own, as the SQL
+has one parameter per value.
 """
 
 import copy
@@ -27,12 +29,19 @@ from django.db.models.query import get_related_populators
 
 
 @dataclass(frozen=True)
+class Many:
+    """A list of values compared to field (``__in``); one shape per length of the list."""
+
+    field: Field
+
+
+@dataclass(frozen=True)
 class _Shape:
     """One shape compiled: its SQL, where each value goes, and how rows become instances."""
 
     sql: str | None  # None: the shape matches nothing (EmptyResultSet).
     params: tuple[Any, ...]
-    slots: tuple[tuple[int, str], ...]  # (position in params, the value's name)
+    slots: tuple[tuple[int, str, int | None], ...]  # (position, name, index in a Many)
     compiler: Any
     init_list: tuple[str, ...]
     start: int
@@ -50,13 +59,13 @@ class CompiledRead:
     text, or never used) fails the first compile loudly instead of binding wrongly.
     """
 
-    def __init__(self, build: Callable[..., QuerySet], **fields: Field) -> None:
-        self.build, self.fields = build, fields
-        self._shapes: dict[tuple[Hashable, str], _Shape] = {}
+    def __init__(self, build: Callable[..., QuerySet], **fields: Field | Many) -> None:
+        self.build = build
+        self.many = {name for name, field in fields.items() if isinstance(field, Many)}
+        self.fields = {name: field.field if isinstance(field, Many) else field
+                       for name, field in fields.items()}
+        self._shapes: dict[tuple[Hashable, ...], _Shape] = {}
         self._lock = threading.Lock()  # One compile per shape, whichever thread is first.
-        # Stand-ins no real value equals: one per name, of the type its field prepares.
-        self._stand_ins = {name: _stand_in(field, index)
-                           for index, (name, field) in enumerate(fields.items())}
 
     def run(self, key: Hashable, *, using: str = "default", **values: Any) -> list[Any]:
         """Return the instances the shape key reads with these values."""
@@ -64,19 +73,21 @@ class CompiledRead:
             raise TypeError(f"CompiledRead.run takes {sorted(self.fields)}, "
                             f"not {sorted(values)}")
         connection = connections[using]
-        shape = self._shapes.get((key, connection.vendor))
+        values = {name: list(value) if name in self.many else value
+                  for name, value in values.items()}
+        lengths = tuple(len(values[name]) for name in sorted(self.many))
+        cached = (key, connection.vendor, lengths)
+        shape = self._shapes.get(cached)
         if shape is None:
             with self._lock:
-                shape = self._shapes.get((key, connection.vendor)) or self._compile(
-                    key, using)
-                self._shapes[(key, connection.vendor)] = shape
+                shape = self._shapes.get(cached) or self._compile(key, using, values)
+                self._shapes[cached] = shape
         if shape.sql is None:
             return []
-        prepared = {name: self.fields[name].get_db_prep_value(value, connection)
-                    for name, value in values.items()}
         params = list(shape.params)
-        for position, name in shape.slots:
-            params[position] = prepared[name]
+        for position, name, index in shape.slots:
+            value = values[name] if index is None else values[name][index]
+            params[position] = self.fields[name].get_db_prep_value(value, connection)
         compiler = copy.copy(shape.compiler)
         compiler.connection = connection  # Converters get this thread's own connection.
         with connection.cursor() as cursor:
@@ -93,9 +104,23 @@ class CompiledRead:
             found.append(obj)
         return found
 
-    def _compile(self, key: Hashable, using: str) -> _Shape:
-        queryset = self.build(key, **{name: value for name, value in
-                                      self._stand_ins.items()}).using(using)
+    def _compile(self, key: Hashable, using: str, values: dict[str, Any]) -> _Shape:
+        # Stand-ins no real value equals: one per value (per item of a Many), each of the
+        # type its field prepares, each in one slot: (name, index in a Many or None).
+        stand_ins: dict[tuple[str, int | None], Any] = {}
+        for name, field in self.fields.items():
+            indexes = range(len(values[name])) if name in self.many else [None]
+            for index in indexes:
+                stand_ins[(name, index)] = _stand_in(field, len(stand_ins))
+        arguments: dict[str, Any] = {}
+        for (name, index), stand_in in stand_ins.items():
+            if index is None:
+                arguments[name] = stand_in
+            else:
+                arguments.setdefault(name, []).append(stand_in)
+        for name in self.many:
+            arguments.setdefault(name, [])
+        queryset = self.build(key, **arguments).using(using)
         if queryset._known_related_objects or queryset._prefetch_related_lookups:
             raise ValueError("CompiledRead runs one statement: no prefetch, no known objects.")
         compiler = queryset.query.get_compiler(using=using)
@@ -104,13 +129,12 @@ class CompiledRead:
         except EmptyResultSet:
             return _Shape(None, (), (), None, (), 0, 0, (), ())
         connection = connections[using]
-        marks = {}
-        for name, stand_in in self._stand_ins.items():
-            marks[name] = self.fields[name].get_db_prep_value(stand_in, connection)
-        slots = tuple((position, name) for position, param in enumerate(params)
-                      for name, mark in marks.items()
+        marks = {slot: self.fields[slot[0]].get_db_prep_value(stand_in, connection)
+                 for slot, stand_in in stand_ins.items()}
+        slots = tuple((position, name, index) for position, param in enumerate(params)
+                      for (name, index), mark in marks.items()
                       if type(param) is type(mark) and param == mark)
-        unbound = set(marks) - {name for _, name in slots}
+        unbound = {name for name, _ in marks} - {name for _, name, _ in slots}
         if unbound:
             raise ValueError(f"CompiledRead shape {key!r}: {sorted(unbound)} never reach the "
                              "SQL as parameters; compare each to its declared field.")
@@ -126,11 +150,13 @@ class CompiledRead:
 
 def _stand_in(field: Field, index: int) -> Any:
     """Return a value of the field's type that no real row or caller uses."""
+    while field.is_relation:  # A foreign key's values are its target's.
+        field = field.target_field
     kind = field.get_internal_type()
     if kind == "UUIDField":
-        return uuid.UUID(int=(0x5EED_0000_0000_0000 << 64) | (0xC0_FFEE << 8) | index)
+        return uuid.UUID(int=(0x5EED << 112) | (0xC0_FFEE << 32) | index)
     if kind in ("AutoField", "BigAutoField", "IntegerField", "BigIntegerField",
-                "ForeignKey", "SmallIntegerField", "PositiveIntegerField"):
+                "SmallIntegerField", "PositiveIntegerField"):
         return -(2**62) + 7_919 * index + 104_729
     if kind in ("CharField", "TextField", "SlugField", "EmailField"):
         return f"\x1fcompiled-read-stand-in-{index}\x1f"

@@ -380,13 +380,19 @@ def my_queues(*, user: User) -> list[dict]:
     ]
 
 
-def task_history(*, task: Task) -> QuerySet[TaskEvent] | list[TaskEvent]:
+def task_history(*, task: Task) -> list[TaskEvent]:
     """Return the task's events, oldest first: as read with the task when its reader read
-    them too (take next on PostgreSQL answers them in its one round trip), else queried."""
+    them too (take next on PostgreSQL answers them in its one round trip), else queried
+    (every task page and answer: compiled once, config.compiled)."""
     read = getattr(task, "events_read", None)
     if read is not None:
-        return read
-    return task.events.order_by("version")
+        return list(read)
+    return _HISTORY_READ.run("all", task_id=task.pk)
+
+
+_HISTORY_READ = CompiledRead(
+    lambda shape, *, task_id: TaskEvent.objects.filter(task_id=task_id).order_by("version"),
+    task_id=TaskEvent._meta.get_field("task"))
 
 
 def open_tasks_of_execution(*, execution_arn: str) -> QuerySet[Task]:

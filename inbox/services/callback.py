@@ -51,6 +51,7 @@ from django.db import connection, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
+from config.compiled import CompiledRead, Many
 from config.errors import ExternalServiceError
 from inbox import metrics
 from inbox.callback_history import (
@@ -310,9 +311,8 @@ def _delivered(rows: list[Outbox], *, status: OutboxStatus, sent_at: datetime.da
         # The row locks serialise the close with any other transition of these tasks
         # (a cancel by the execution reconciler); in key order, so two closers never
         # wait on each other.
-        tasks = Task.objects.select_for_update().filter(
-            pk__in={task_id for task_id, _ in settled.values()}
-        ).defer("input", "input_order").order_by("pk").in_bulk()
+        tasks = {task.pk: task for task in _CLOSING_READ.run(
+            "all", task_ids=sorted({task_id for task_id, _ in settled.values()}))}
         kinds: dict[str, list[Task]] = {}
         for task_id, kind in settled.values():
             kinds.setdefault(kind, []).append(tasks[task_id])
@@ -325,6 +325,13 @@ def _delivered(rows: list[Outbox], *, status: OutboxStatus, sent_at: datetime.da
     for row in rows:
         logger.info("Callback %s (%s) of task %s %s", row.pk, row.kind, row.task_id,
                     status if row.pk in settled else "already settled")
+
+
+# The tasks _delivered closes, locked (compiled once per count of tasks, config.compiled).
+_CLOSING_READ = CompiledRead(
+    lambda shape, *, task_ids: Task.objects.select_for_update().filter(pk__in=task_ids)
+    .defer("input", "input_order").order_by("pk"),
+    task_ids=Many(Task._meta.pk))
 
 
 def _settle(ids: list[int], *, status: OutboxStatus, sent_at: datetime.datetime,

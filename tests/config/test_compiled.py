@@ -11,8 +11,8 @@ from django.db.models import OuterRef
 from django.test.utils import CaptureQueriesContext
 
 from accounts.models import User, WorkerSkill
-from config.compiled import CompiledRead
-from inbox.models import Task
+from config.compiled import CompiledRead, Many
+from inbox.models import Task, TaskEvent
 
 
 def _held(shape, *, worker_id, task_id):
@@ -107,3 +107,40 @@ def test_a_shape_compiled_in_one_thread_runs_on_anothers_connection(two_held):
     thread.start()
     thread.join()
     assert [(task.pk, task.proficiency) for task in answers] == [(second.pk, 5)]
+
+
+MANY = CompiledRead(
+    lambda shape, *, task_ids: Task.objects.filter(pk__in=task_ids).defer("input")
+    .order_by("created_at"),
+    task_ids=Many(Task._meta.pk))
+
+
+def test_a_list_of_values_binds_each_item_and_each_length_is_a_shape(two_held, make_task):
+    _, _, first, second = two_held
+    third = make_task()
+    for ids in ([first.pk], [first.pk, second.pk], [third.pk, first.pk, second.pk],
+                [second.pk, third.pk]):
+        got = MANY.run("all", task_ids=ids)
+        want = list(Task.objects.filter(pk__in=ids).order_by("created_at"))
+        assert [task.pk for task in got] == [task.pk for task in want]
+        # defer() holds: the input is left unread, as the ORM leaves it.
+        assert all(task.get_deferred_fields() == {"input"} for task in got)
+    assert {lengths for _, _, lengths in MANY._shapes} >= {(1,), (2,), (3,)}
+
+
+def test_an_empty_list_reads_nothing_without_a_statement(db):
+    with CaptureQueriesContext(connection) as queries:
+        assert MANY.run("all", task_ids=[]) == []
+    assert len(queries) == 0
+
+
+def test_a_foreign_keys_value_is_its_targets(two_held):
+    """The history read: events by their task's id (a UUID), as the ORM orders them."""
+    _, _, first, _ = two_held
+    read = CompiledRead(lambda shape, *, task_id: TaskEvent.objects.filter(task_id=task_id)
+                        .order_by("version"), task_id=TaskEvent._meta.get_field("task"))
+    got = read.run("all", task_id=first.pk)
+    want = list(first.events.order_by("version"))
+    assert len(got) >= 2
+    assert [(event.pk, event.hash) for event in got] == [(event.pk, event.hash)
+                                                          for event in want]
