@@ -10,6 +10,7 @@ import hashlib
 import json
 
 from accounts.models import User
+from inbox.bulk import row_insert
 from inbox.models import GENESIS_HASH, Task, TaskEvent
 
 __all__ = ["GENESIS_HASH", "event_hash", "event_new", "event_save", "events_verify"]
@@ -49,7 +50,7 @@ def event_new(*, task: Task, action: str, from_state: str, actor: User | None, l
 
 def event_save(event: TaskEvent) -> TaskEvent:
     """Insert an event from event_new, once its task's row (with the new head) is written."""
-    event.save(force_insert=True)
+    row_insert(event)
     return event
 
 

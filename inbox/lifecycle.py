@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
+from django.db import DatabaseError, transaction
 from django.db.models import OuterRef, Subquery
 from django.utils import timezone
 
@@ -33,7 +33,7 @@ from accounts.models import Skill, User, WorkerSkill
 from config.errors import Conflict, InboxError, NotFound
 from config.rows import ModelRows
 from inbox import effects
-from inbox.bulk import rows_insert, rows_update
+from inbox.bulk import row_insert, row_update, rows_insert, rows_update
 from inbox.effects import Effect
 from inbox.history import event_new, event_save
 from inbox.models import (
@@ -530,9 +530,7 @@ def _apply_seen(row: Transition, *, seen: Task, task_id: Any, actor: User | None
             applied = _change(row, task=task, step=step, system=system)
             # Conditional on the version seen: of two racing transitions exactly one
             # changes the row; the loser's whole change (its side writes too) rolls back.
-            written = Task.objects.filter(pk=task.pk, version=version_seen).update(**{
-                attname: getattr(task, attname) for attname in (
-                    Task._meta.get_field(name).attname for name in applied.fields)})
+            written = row_update(task, applied.fields, version=version_seen)
             if written != 1:
                 raise _Changed
             _written(row, applied, step)
@@ -563,8 +561,9 @@ def _apply(row: Transition, *, task_id: Any, actor: User | None, system: str,
         step = Step(actor=actor, now=timezone.now(), reason=reason, params=params)
         applied = _change(row, task=task, step=step, system=system)
         # Only what the change wrote: the row's other columns (its input above all) stay
-        # out of the UPDATE.
-        task.save(update_fields=applied.fields)
+        # out of the UPDATE. The row is locked above: it is there to write.
+        if row_update(task, applied.fields) != 1:
+            raise DatabaseError(f"Task {task.pk} was not written: its row is gone.")
         _written(row, applied, step)
     # After the block: committed, unless a caller's transaction holds it (then released).
     _log(row, applied)
@@ -576,7 +575,7 @@ def _written(row: Transition, applied: "_Applied", step: Step) -> None:
     event_save(applied.event)
     passes_write(step.passes, now=step.now)
     if applied.outbox is not None:
-        applied.outbox.save(force_insert=True)
+        row_insert(applied.outbox)
     _after_commit(row, applied, now=step.now)
 
 

@@ -1,5 +1,6 @@
 """rows_update writes many rows' columns in one statement, as save() would write each;
-rows_insert writes new rows in one statement, as bulk_create writes them."""
+rows_insert writes new rows in one statement, as bulk_create writes them; row_insert and
+row_update write one row as save() does, in a statement written once."""
 
 import datetime
 import secrets
@@ -10,8 +11,8 @@ from django.db import DataError, connection, transaction
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from inbox.bulk import rows_insert, rows_update
-from inbox.models import Task
+from inbox.bulk import row_insert, row_update, rows_insert, rows_update
+from inbox.models import Outbox, Task, TaskEvent
 
 FIELDS = ["priority", "work_deadline", "answer", "assignee", "reason"]
 
@@ -131,3 +132,59 @@ def test_rows_insert_of_nothing_sends_nothing_and_a_row_without_a_key_is_refused
     assert len(queries) == 0
     with pytest.raises(ValueError, match="primary key"):
         rows_insert(Task, [Task(id=None)])
+
+
+def _event(task: Task, version: int, **changes) -> TaskEvent:
+    values = {"task": task, "version": version, "action": "note", "from_state": "queued",
+              "to_state": "queued", "actor_id": None, "actor_label": "system",
+              "reason": "it's \"quoted\" é", "data": {"n": [1, None], "s": "x"},
+              "at": timezone.now().replace(microsecond=123456), "prev_hash": "0" * 64,
+              "hash": secrets.token_hex(32)}
+    return TaskEvent(**{**values, **changes})
+
+
+def _event_columns(event: TaskEvent) -> tuple:
+    names = [field.attname for field in TaskEvent._meta.concrete_fields
+             if field.attname not in ("id", "version", "hash")]
+    return TaskEvent.objects.filter(pk=event.pk).values_list(*names).get()
+
+
+def test_row_insert_writes_what_save_writes_and_sets_the_key_the_database_made(make_task):
+    task = make_task()
+    saved, inserted = _event(task, 90), _event(task, 91)
+    saved.save(force_insert=True)
+    with CaptureQueriesContext(connection) as queries:
+        row_insert(inserted)
+    assert len(queries) == 1
+    assert inserted.pk is not None and inserted.pk > saved.pk
+    assert _event_columns(inserted) == _event_columns(saved)
+    assert not inserted._state.adding
+    # A row whose key is made in Python keeps it: a task copy, as save() writes it.
+    [copy] = _copies([task])
+    row_insert(copy)
+    assert Task.objects.filter(pk=copy.pk).exists()
+    # An outbox row with a NULL output (SQL NULL, as save() writes None).
+    outbox = Outbox(task=task, decision_version=2, kind="success", output=None,
+                    next_attempt_at=timezone.now())
+    row_insert(outbox)
+    assert Outbox.objects.filter(pk=outbox.pk, output__isnull=True).exists()
+
+
+def test_row_update_writes_what_save_writes_only_where_the_condition_holds(make_task,
+                                                                          make_worker):
+    ana = make_worker({"invoice-review": 3})
+    saved, updated = make_task(), make_task()
+    at = timezone.now().replace(microsecond=123456)
+    for task in (saved, updated):
+        task.priority, task.work_deadline, task.answer, task.assignee = 9, at, {"a": 1}, ana
+        task.reason = "é"
+    saved.save(update_fields=FIELDS)
+    version = updated.version
+    with CaptureQueriesContext(connection) as queries:
+        assert row_update(updated, FIELDS, version=version + 1) == 0  # not the version read
+        assert row_update(updated, FIELDS, version=version) == 1
+    assert len(queries) == 2
+    assert _columns([updated.pk])[0][1:] == _columns([saved.pk])[0][1:]
+    updated.reason = "again"
+    assert row_update(updated, ["reason"]) == 1
+    assert Task.objects.get(pk=updated.pk).reason == "again"
