@@ -26,6 +26,7 @@ from django.core.exceptions import EmptyResultSet
 from django.db import connections
 from django.db.models import Field, QuerySet
 from django.db.models.query import get_related_populators
+from django.db.transaction import TransactionManagementError
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,7 @@ class _Shape:
     """One shape compiled: its SQL, where each value goes, and how rows become instances."""
 
     sql: str | None  # None: the shape matches nothing (EmptyResultSet).
+    for_update: bool  # SELECT ... FOR UPDATE: only in a transaction, as the ORM holds it
     params: tuple[Any, ...]
     slots: tuple[tuple[int, str, int | None], ...]  # (position, name, index in a Many)
     compiler: Any
@@ -84,6 +86,11 @@ class CompiledRead:
                 self._shapes[cached] = shape
         if shape.sql is None:
             return []
+        if (shape.for_update and connection.features.has_select_for_update
+                and connection.get_autocommit() and connection.features.supports_transactions):
+            # The ORM's own check, which only the first compile would otherwise make.
+            raise TransactionManagementError(
+                "select_for_update cannot be used outside of a transaction.")
         params = list(shape.params)
         for position, name, index in shape.slots:
             value = values[name] if index is None else values[name][index]
@@ -127,7 +134,7 @@ class CompiledRead:
         try:
             sql, params = compiler.as_sql()
         except EmptyResultSet:
-            return _Shape(None, (), (), None, (), 0, 0, (), ())
+            return _Shape(None, False, (), (), None, (), 0, 0, (), ())
         connection = connections[using]
         marks = {slot: self.fields[slot[0]].get_db_prep_value(stand_in, connection)
                  for slot, stand_in in stand_ins.items()}
@@ -141,7 +148,8 @@ class CompiledRead:
         klass_info, select = compiler.klass_info, compiler.select
         start, end = klass_info["select_fields"][0], klass_info["select_fields"][-1] + 1
         return _Shape(
-            sql=sql, params=tuple(params), slots=slots, compiler=compiler,
+            sql=sql, for_update=queryset.query.select_for_update, params=tuple(params),
+            slots=slots, compiler=compiler,
             init_list=tuple(column[0].target.attname for column in select[start:end]),
             start=start, end=end,
             populators=tuple(get_related_populators(klass_info, select, using)),

@@ -144,3 +144,23 @@ def test_a_foreign_keys_value_is_its_targets(two_held):
     assert len(got) >= 2
     assert [(event.pk, event.hash) for event in got] == [(event.pk, event.hash)
                                                           for event in want]
+
+
+LOCKED = CompiledRead(
+    lambda shape, *, task_id: Task.objects.select_for_update().filter(pk=task_id),
+    task_id=Task._meta.pk)
+
+
+@pytest.mark.postgres  # SQLite has no FOR UPDATE: the ORM lets it pass there, and so do we
+@pytest.mark.django_db(transaction=True)
+def test_a_locking_read_outside_a_transaction_is_refused_every_time(two_held):
+    """As the ORM refuses it: the first call (the compile) and every one after it."""
+    from django.db import transaction
+    from django.db.transaction import TransactionManagementError
+
+    _, _, first, _ = two_held
+    for _ in range(2):
+        with pytest.raises(TransactionManagementError):
+            LOCKED.run("all", task_id=first.pk)
+        with transaction.atomic():
+            assert [task.pk for task in LOCKED.run("all", task_id=first.pk)] == [first.pk]
