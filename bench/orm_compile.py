@@ -15,8 +15,9 @@ this process's CPU (the server's is not counted: the three send the same stateme
   built: the floor for any code that goes through Django's connection.
 
 The statements: access_task (every request of a task), a task's history (every task
-page and API answer), the tasks a delivered callback closes (FOR UPDATE, in its
-transaction), a transition's conditional UPDATE, and its event's INSERT. The ways take
+page and API answer), the tasks a delivered callback closes and a transition's locked
+read (FOR UPDATE, each in its transaction), a transition's conditional UPDATE, and its
+event's INSERT. The ways take
 turns round by round (--rounds), so the machine's drift falls on all alike; the median
 over rounds is printed.
 """
@@ -66,11 +67,12 @@ def main() -> None:
 
 def run(args: argparse.Namespace) -> list[list[str]]:
     from django.db import connection, transaction
-    from django.db.models import OuterRef
+    from django.db.models import OuterRef, Subquery
     from django.utils import timezone
 
     from accounts.models import User, WorkerSkill
     from inbox.bulk import _row_insert_sql, _row_update_sql, row_insert, row_update
+    from inbox.lifecycle import _LOCKED_WITH_PROFICIENCY
     from inbox.models import Task, TaskEvent
     from inbox.selectors import (
         _ACCESS_READ,
@@ -172,6 +174,15 @@ def run(args: argparse.Namespace) -> list[list[str]]:
              "input", "input_order").order_by("pk").in_bulk()),
          closing(lambda: _CLOSING_READ.run("all", task_ids=[task.pk])),
          closing(shape_sql(_CLOSING_READ, "all", task_ids=[task.pk]))),
+        ("a transition's locked read (a claim, a supervisor's action)", False,
+         closing(lambda: Task.objects.select_for_update(of=("self",)).select_related(
+             "skill", "assignee").annotate(actor_proficiency=Subquery(
+                 WorkerSkill.objects.filter(worker_id=worker.pk, skill_id=OuterRef(
+                     "skill_id")).values("proficiency")[:1])).filter(pk=task.pk).first()),
+         closing(lambda: _LOCKED_WITH_PROFICIENCY.run("all", task_id=task.pk,
+                                                     actor_id=worker.pk)),
+         closing(shape_sql(_LOCKED_WITH_PROFICIENCY, "all", task_id=task.pk,
+                           actor_id=worker.pk))),
         ("a transition's conditional UPDATE", True,
          update_orm, lambda: row_update(task, fields, version=task.version), update_alone),
         ("a transition's event INSERT", True,

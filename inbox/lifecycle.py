@@ -30,6 +30,7 @@ from django.db.models import OuterRef, Subquery
 from django.utils import timezone
 
 from accounts.models import Skill, User, WorkerSkill
+from config.compiled import CompiledRead
 from config.errors import Conflict, InboxError, NotFound
 from config.rows import ModelRows
 from inbox import effects
@@ -585,15 +586,30 @@ def _locked(row: Transition, *, task_id: Any, actor: User | None) -> Task | None
     Its skill and holder come in the same read (locking only the task's row: of self), and
     for a worker's row the actor's proficiency in the skill (hold_problem asks it).
     """
-    tasks = Task.objects.select_for_update(of=("self",)).select_related("skill", "assignee")
     if row.eligible and actor is not None:
-        tasks = tasks.annotate(actor_proficiency=Subquery(
-            WorkerSkill.objects.filter(worker_id=actor.pk, skill_id=OuterRef("skill_id"))
-            .values("proficiency")[:1]))
-    task = tasks.filter(pk=task_id).first()
+        found = _LOCKED_WITH_PROFICIENCY.run("all", task_id=task_id, actor_id=actor.pk)
+    else:
+        found = _LOCKED.run("all", task_id=task_id)
+    task = found[0] if found else None
     if task is not None and row.eligible and actor is not None:
         task.proficiency_of = actor.pk  # Whose proficiency actor_proficiency is.
     return task
+
+
+def _locked_tasks() -> Any:
+    """The task's row FOR UPDATE (its row only: of self), with its skill and holder."""
+    return Task.objects.select_for_update(of=("self",)).select_related("skill", "assignee")
+
+
+# _locked's two reads, each compiled once (config.compiled).
+_LOCKED = CompiledRead(lambda shape, *, task_id: _locked_tasks().filter(pk=task_id),
+                       task_id=Task._meta.pk)
+_LOCKED_WITH_PROFICIENCY = CompiledRead(
+    lambda shape, *, task_id, actor_id: _locked_tasks().annotate(
+        actor_proficiency=Subquery(WorkerSkill.objects.filter(
+            worker_id=actor_id, skill_id=OuterRef("skill_id")).order_by()
+            .values("proficiency")[:1])).filter(pk=task_id),
+    task_id=Task._meta.pk, actor_id=User._meta.pk)
 
 
 @dataclass(frozen=True)
