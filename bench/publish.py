@@ -1,0 +1,89 @@
+"""What one Celery message costs its sender, beside a bare Redis push of the same size.
+
+Usage (needs Redis; uses its database 9 and empties it at the end):
+    REDIS_URL=redis://127.0.0.1:6379/5 .venv/bin/python bench/publish.py \
+        [--calls 2000] [--rounds 5] [--quick]
+
+A decision's callback is one Celery message (inbox.effects.enqueue_later, sent after the
+decision commits, with its undo window as countdown). This bench sends that message the
+product's way and, as the floor, LPUSHes a payload of the same length with redis-py,
+taking turns round by round, and prints this process's CPU per message (median of the
+rounds). Nothing consumes the messages.
+"""
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _common import bench_environment, machine_print, table
+
+QUICK = {"calls": 300, "rounds": 3}
+REDIS_DB = 9
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=2000, help="messages per way and round")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--quick", action="store_true", help="small sizes: a smoke check")
+    args = parser.parse_args()
+    if args.quick:
+        parser.set_defaults(**QUICK)
+        args = parser.parse_args()
+    redis_url = os.environ.get("REDIS_URL")
+    if not redis_url:
+        raise SystemExit("bench/publish.py needs REDIS_URL (redis://host:port/db).")
+    broker = redis_url.rsplit("/", 1)[0] + f"/{REDIS_DB}"
+    bench_environment(broker=broker)
+    machine_print()
+    import django
+
+    django.setup()
+    import redis
+    from kombu.utils.json import dumps
+
+    from config.celery import app
+    from inbox import effects
+
+    name = effects.TASK_NAMES[effects.Effect.CALLBACK]
+    client = redis.Redis.from_url(broker)
+    client.flushdb()
+    # The floor's payload: as long as the message the product's way sends.
+    with app.producer_or_acquire() as producer:
+        app.tasks[name].apply_async((123456,), countdown=8, producer=producer)
+    [queued] = [client.lindex(key, 0) for key in client.keys("*") if client.type(key) == b"list"]
+    payload = dumps({"pad": "x" * max(0, len(queued) - 12)})
+
+    def product(i: int) -> None:
+        effects.enqueue_later(name, i, countdown=8)
+
+    def floor(i: int) -> None:
+        client.lpush("bench-floor", payload)
+
+    spent: dict[str, list[float]] = {"product": [], "floor": []}
+    try:
+        for _ in range(args.rounds):
+            for way, send in (("product", product), ("floor", floor)):
+                started = time.process_time()
+                for i in range(args.calls):
+                    send(i)
+                spent[way].append((time.process_time() - started) * 1000 / args.calls)
+    finally:
+        client.flushdb()
+    sent, bare = statistics.median(spent["product"]), statistics.median(spent["floor"])
+    print(f"\nCPU of this process per message, ms (median of {args.rounds} rounds of "
+          f"{args.calls:,}), message of {len(queued):,} bytes:")
+    print(table(["way", "ms per message", "vs the floor"], [
+        ["a decision's callback message (inbox.effects.enqueue_later)", f"{sent:.3f}",
+         f"{sent / bare:.1f}x"],
+        ["bare LPUSH of as many bytes (redis-py)", f"{bare:.3f}", "1.0x"],
+    ]))
+
+
+if __name__ == "__main__":
+    main()
