@@ -39,22 +39,15 @@ from _common import (
     skills_create,
     table,
     tasks_insert,
+    turns_arguments,
     workers_create,
 )
 
 DATABASE = "inbox_bench_orm_compile"
-QUICK = {"calls": 300, "rounds": 3}
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--calls", type=int, default=2000, help="calls per way and round")
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--quick", action="store_true", help="small sizes: a smoke check")
-    args = parser.parse_args()
-    if args.quick:
-        parser.set_defaults(**QUICK)
-        args = parser.parse_args()
+    args = turns_arguments(__doc__.splitlines()[0], calls_help="calls per way and round")
     bench_environment()
     machine_print()
     with scratch_database(DATABASE):
@@ -105,17 +98,11 @@ def run(args: argparse.Namespace) -> list[list[str]]:
     def shape_sql(read, key, **values) -> Callable[[], None]:
         """The statement alone: the SQL and parameters the compiled read sends."""
         with transaction.atomic():  # a locking read compiles only in a transaction
-            read.run(key, **values)
-        lengths = tuple(len(values[name]) for name in sorted(read.many))
-        shape = read._shapes[(key, connection.vendor, lengths)]
-        params = list(shape.params)
-        for position, name, index in shape.slots:
-            value = values[name] if index is None else values[name][index]
-            params[position] = read.fields[name].get_db_prep_value(value, connection)
+            sql, params = read.statement(key, **values)
 
         def alone() -> None:
             with connection.cursor() as cursor:
-                cursor.execute(shape.sql, params)
+                cursor.execute(sql, params)
                 cursor.fetchall()
         return alone
 

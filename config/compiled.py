@@ -71,30 +71,15 @@ class CompiledRead:
 
     def run(self, key: Hashable, *, using: str = "default", **values: Any) -> list[Any]:
         """Return the instances the shape key reads with these values."""
-        if values.keys() != self.fields.keys():
-            raise TypeError(f"CompiledRead.run takes {sorted(self.fields)}, "
-                            f"not {sorted(values)}")
-        connection = connections[using]
-        values = {name: list(value) if name in self.many else value
-                  for name, value in values.items()}
-        lengths = tuple(len(values[name]) for name in sorted(self.many))
-        cached = (key, connection.vendor, lengths)
-        shape = self._shapes.get(cached)
-        if shape is None:
-            with self._lock:
-                shape = self._shapes.get(cached) or self._compile(key, using, values)
-                self._shapes[cached] = shape
+        shape, params = self._bound(key, using, values)
         if shape.sql is None:
             return []
+        connection = connections[using]
         if (shape.for_update and connection.features.has_select_for_update
                 and connection.get_autocommit() and connection.features.supports_transactions):
             # The ORM's own check, which only the first compile would otherwise make.
             raise TransactionManagementError(
                 "select_for_update cannot be used outside of a transaction.")
-        params = list(shape.params)
-        for position, name, index in shape.slots:
-            value = values[name] if index is None else values[name][index]
-            params[position] = self.fields[name].get_db_prep_value(value, connection)
         compiler = copy.copy(shape.compiler)
         compiler.connection = connection  # Converters get this thread's own connection.
         with connection.cursor() as cursor:
@@ -110,6 +95,35 @@ class CompiledRead:
                 setattr(obj, name, row[position])
             found.append(obj)
         return found
+
+    def statement(self, key: Hashable, *, using: str = "default",
+                  **values: Any) -> tuple[str | None, list[Any]]:
+        """Return the SQL and parameters run() sends for these values (None: no statement)."""
+        shape, params = self._bound(key, using, values)
+        return shape.sql, params
+
+    def _bound(self, key: Hashable, using: str, values: dict[str, Any]
+               ) -> tuple[_Shape, list[Any]]:
+        """Return the shape of key (compiled on its first call) and its parameters, each
+        value prepared by its declared field and put where its stand-in was."""
+        if values.keys() != self.fields.keys():
+            raise TypeError(f"CompiledRead.run takes {sorted(self.fields)}, "
+                            f"not {sorted(values)}")
+        connection = connections[using]
+        values = {name: list(value) if name in self.many else value
+                  for name, value in values.items()}
+        lengths = tuple(len(values[name]) for name in sorted(self.many))
+        cached = (key, connection.vendor, lengths)
+        shape = self._shapes.get(cached)
+        if shape is None:
+            with self._lock:
+                shape = self._shapes.get(cached) or self._compile(key, using, values)
+                self._shapes[cached] = shape
+        params = list(shape.params)
+        for position, name, index in shape.slots:
+            value = values[name] if index is None else values[name][index]
+            params[position] = self.fields[name].get_db_prep_value(value, connection)
+        return shape, params
 
     def _compile(self, key: Hashable, using: str, values: dict[str, Any]) -> _Shape:
         # Stand-ins no real value equals: one per value (per item of a Many), each of the

@@ -164,3 +164,16 @@ def test_a_locking_read_outside_a_transaction_is_refused_every_time(two_held):
             LOCKED.run("all", task_id=first.pk)
         with transaction.atomic():
             assert [task.pk for task in LOCKED.run("all", task_id=first.pk)] == [first.pk]
+
+
+def test_the_statement_is_what_run_sends(two_held):
+    """statement(): the SQL and parameters of one call, as run() sends them."""
+    ana, _, first, _ = two_held
+    sql, params = READ.statement("all", worker_id=ana.pk, task_id=first.pk)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        rows = cursor.fetchall()
+    [task] = READ.run("all", worker_id=ana.pk, task_id=first.pk)
+    # The raw id: a uuid on PostgreSQL, its hex on SQLite.
+    assert len(rows) == 1 and uuid.UUID(str(rows[0][0])) == task.pk == first.pk
+    assert READ.statement("none", worker_id=ana.pk, task_id=first.pk) == (None, [])
