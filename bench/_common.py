@@ -11,6 +11,7 @@ Call bench_environment() before importing anything of Django, then scratch_datab
 Benchmarks print figures and assert nothing about time (docs/BENCHMARKS.md).
 """
 
+import argparse
 import contextlib
 import math
 import os
@@ -438,6 +439,19 @@ def percentile(values: Sequence[float], p: float) -> float:
     ordered = sorted(values)
     rank = max(1, math.ceil(p / 100 * len(ordered)))
     return ordered[rank - 1]
+
+
+def turns_arguments(description: str, *, calls_help: str) -> argparse.Namespace:
+    """Parse the options of a bench whose ways take turns round by round: --calls per way
+    and round (2,000), --rounds (5), and --quick (300 calls, 3 rounds: a smoke check)."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--calls", type=int, default=2000, help=calls_help)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--quick", action="store_true", help="300 calls, 3 rounds")
+    args = parser.parse_args()
+    if args.quick:
+        args.calls, args.rounds = 300, 3
+    return args
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:

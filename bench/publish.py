@@ -11,7 +11,6 @@ taking turns round by round, and prints this process's CPU per message (median o
 rounds). Nothing consumes the messages.
 """
 
-import argparse
 import os
 import statistics
 import sys
@@ -20,21 +19,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import bench_environment, machine_print, table
+from _common import bench_environment, machine_print, table, turns_arguments
 
-QUICK = {"calls": 300, "rounds": 3}
 REDIS_DB = 9
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--calls", type=int, default=2000, help="messages per way and round")
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--quick", action="store_true", help="small sizes: a smoke check")
-    args = parser.parse_args()
-    if args.quick:
-        parser.set_defaults(**QUICK)
-        args = parser.parse_args()
+    args = turns_arguments(__doc__.splitlines()[0], calls_help="messages per way and round")
     redis_url = os.environ.get("REDIS_URL")
     if not redis_url:
         raise SystemExit("bench/publish.py needs REDIS_URL (redis://host:port/db).")
