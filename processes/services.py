@@ -311,30 +311,39 @@ def process_start(
 
     process_version = process_version_get(name=name, version=version)
     execution_name = execution_name_for(business_key=business_key)
-    execution_arn = _execution_start_aws(
-        version=process_version, execution_name=execution_name, input=data
-    )
     try:
-        # Its own savepoint: the unique constraint on (process, business_key) fails the
-        # insert of a racing second start, and that must not break an outer transaction.
+        # The row reserves the key before AWS is called, in a transaction that commits after
+        # the call: a racing start of the same key waits at its insert (the unique index on
+        # PostgreSQL, the write lock on SQLite), then fails it and finds this row, so one key
+        # makes one StartExecution. A failed call rolls the reservation back.
         with transaction.atomic():
             execution = Execution.objects.create(
                 process=process,
                 version=process_version,
                 business_key=business_key,
                 name=execution_name,
-                execution_arn=execution_arn,
+                execution_arn=execution_arn_for(
+                    state_machine_arn=process_version.state_machine_arn,
+                    execution_name=execution_name,
+                ),
                 input=data,
                 started_by=user,
             )
+            execution_arn = _execution_start_aws(
+                version=process_version, execution_name=execution_name, input=data
+            )
+            if execution_arn != execution.execution_arn:
+                raise ExternalServiceError(
+                    f"Step Functions started {execution_name!r} of {process_version} as "
+                    f"{execution_arn}, not {execution.execution_arn} as the inbox expects; "
+                    "nothing was recorded.",
+                    retryable=False,
+                )
     except IntegrityError:
-        # Another start of the same key inserted first; its row is the one execution.
+        # A start of the same key committed first; its row is the one execution.
         winner = execution_find(process=process, business_key=business_key)
         if winner is None:
             raise
-        if winner.execution_arn != execution_arn:
-            # Only when the racers started different versions: ours is an orphan.
-            _execution_orphan_stop(execution_arn=execution_arn)
         _execution_same_check(execution=winner, input=data, version=version)
         return winner, False
     return execution, True
@@ -427,19 +436,6 @@ def _execution_start_aws(
 def execution_arn_for(*, state_machine_arn: str, execution_name: str) -> str:
     """Return the ARN Step Functions gives an execution called execution_name."""
     return state_machine_arn.replace(":stateMachine:", ":execution:", 1) + ":" + execution_name
-
-
-def _execution_orphan_stop(*, execution_arn: str) -> None:
-    """Stop an execution that lost a start race and that no row will ever point to."""
-    try:
-        aws.execution_stop(
-            execution_arn=execution_arn,
-            error="Inbox.DuplicateStart",
-            cause="Another start of the same business key was recorded first.",
-        )
-    except ExternalServiceError:
-        # The caller's Conflict or answer matters more; the orphan is logged for an admin.
-        logger.exception("Could not stop orphan execution %s", execution_arn)
 
 
 # Execution records ----------------------------------------------------------------------

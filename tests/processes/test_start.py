@@ -1,10 +1,12 @@
 """Starting executions: the business key makes the name, so starting twice starts once."""
 
 import re
+import threading
 from io import StringIO
 
 import pytest
 from django.core.management import CommandError, call_command
+from django.db import connection
 
 from config.errors import Conflict, ExternalServiceError, InboxError, NotFound
 from processes import aws
@@ -259,6 +261,112 @@ def test_racing_starts_with_the_same_key_start_once(emulator):
     assert len({pk for pk, _ in results}) == 1
     assert sorted(created for _, created in results) == [False, False, False, False, True]
     assert Execution.objects.count() == 1
+    assert len(_aws_executions(version.state_machine_arn)) == 1
+
+
+@pytest.fixture
+def held_start(monkeypatch):
+    """Hold the first StartExecution until released; count every call that reaches AWS."""
+    entered, release = threading.Event(), threading.Event()
+    calls: list[str] = []
+    real = aws.execution_start
+
+    def execution_start(**kwargs):
+        calls.append(kwargs["state_machine_arn"])
+        if len(calls) == 1:
+            entered.set()
+            assert release.wait(30), "the held start was never released"
+        return real(**kwargs)
+
+    monkeypatch.setattr(aws, "execution_start", execution_start)
+    return entered, release, calls
+
+
+def _start_while_held(held_start, first, second):
+    """Run first() until its AWS call is held, then second() beside it; release; return both."""
+    entered, release, _ = held_start
+    outcomes: dict[str, object] = {}
+
+    def run(label, action):
+        try:
+            outcomes[label] = action()
+        except Exception as exc:  # asserted on by the caller
+            outcomes[label] = exc
+        finally:
+            connection.close()
+
+    holder = threading.Thread(target=run, args=("first", first))
+    holder.start()
+    assert entered.wait(30), "the first start never reached Step Functions"
+    other = threading.Thread(target=run, args=("second", second))
+    other.start()
+    other.join(0.5)  # gives the second start time to reach the reservation and wait there
+    release.set()
+    holder.join()
+    other.join()
+    return outcomes["first"], outcomes["second"]
+
+
+@pytest.mark.postgres
+@pytest.mark.emulator
+@pytest.mark.django_db(transaction=True)
+def test_a_start_of_a_key_being_started_waits_and_calls_aws_no_more(emulator, held_start):
+    """While one start of a key is in StartExecution, a second waits for it, then returns it."""
+    name = unique_name()
+    version, _ = process_deploy(text=wait_spec(name=name), source="a.yaml")
+
+    def start():
+        return process_start(name=name, input={"a": 1}, business_key="HELD")
+
+    first, second = _start_while_held(held_start, start, start)
+
+    assert first[1] is True
+    assert second == (first[0], False)
+    assert held_start[2] == [version.state_machine_arn]
+    assert len(_aws_executions(version.state_machine_arn)) == 1
+
+
+@pytest.mark.postgres
+@pytest.mark.emulator
+@pytest.mark.django_db(transaction=True)
+def test_a_racing_start_on_another_version_is_a_conflict_and_starts_nothing(
+    emulator, held_start
+):
+    """The key is reserved by v1's start, so v2's start is refused before reaching AWS."""
+    name = unique_name()
+    one, _ = process_deploy(text=wait_spec(name=name, version=1), source="a.yaml")
+    two, _ = process_deploy(text=wait_spec(name=name, version=2), source="a.yaml")
+
+    first, second = _start_while_held(
+        held_start,
+        lambda: process_start(name=name, input={}, business_key="K", version=1),
+        lambda: process_start(name=name, input={}, business_key="K", version=2),
+    )
+
+    assert first[0].version == one
+    assert isinstance(second, Conflict)
+    assert held_start[2] == [one.state_machine_arn]
+    assert _aws_executions(two.state_machine_arn) == []
+
+
+@pytest.mark.emulator
+def test_a_failed_start_leaves_the_key_free(emulator, monkeypatch):
+    """StartExecution fails: no row keeps the key, and the next start of it starts."""
+    name = unique_name()
+    version, _ = process_deploy(text=wait_spec(name=name), source="a.yaml")
+    real = aws.execution_start
+
+    def refused(**kwargs):
+        raise ExternalServiceError("Step Functions is down", retryable=True)
+
+    monkeypatch.setattr(aws, "execution_start", refused)
+    with pytest.raises(ExternalServiceError, match="Step Functions is down"):
+        process_start(name=name, input={}, business_key="K")
+    assert not Execution.objects.exists()
+
+    monkeypatch.setattr(aws, "execution_start", real)
+    _, created = process_start(name=name, input={}, business_key="K")
+    assert created is True
     assert len(_aws_executions(version.state_machine_arn)) == 1
 
 
