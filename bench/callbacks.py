@@ -24,8 +24,11 @@ completes it (``services.task_complete``, which writes the outbox row). Four pha
 2. instant endpoint: N tasks (inserted queued in bulk, then taken and completed through
    the services) are drained against bench/_instant_sfn.py, a local endpoint (a child
    process) that answers every SendTask* call at once with ``{}``: AWS_ENDPOINT_URL points
-   at it for this phase only. What the drain itself can do when Step Functions costs
-   nothing; the CPU per callback is this process's (PostgreSQL's backends not counted).
+   at it for this phase only. What the drains can do when Step Functions costs nothing:
+   INBOX_OUTBOX_DRAINS processes (--drains; forked from this one) each run outbox_drain
+   in a loop at once, as the Celery worker's processes do when beat's drain finds a
+   backlog and asks for helpers. The CPU per callback is theirs together (PostgreSQL's
+   backends and the endpoint not counted); --profile runs one drain, in this process.
 3. drain vs plain loop, on the emulator: 2M real executions wait at their human stage;
    M tasks are completed and drained, and the other M tokens are answered by a plain
    boto3 SendTaskSuccess loop (a client of its own, no database, no rate limit) with as
@@ -78,6 +81,9 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=100, help="outbox_drain's batch")
     parser.add_argument("--senders", type=int, default=None,
                         help="INBOX_CALLBACK_SENDERS (default: the setting's)")
+    parser.add_argument("--drains", type=int, default=None,
+                        help="drain processes at once in phase 2 (default: "
+                             "INBOX_OUTBOX_DRAINS)")
     parser.add_argument("--capacity-rate", type=int, default=5000,
                         help="INBOX_SENDTASK_RATE in phases 2 and 3")
     parser.add_argument("--profile", action="store_true",
@@ -135,8 +141,10 @@ def run(args: argparse.Namespace, *, children: common.Children) -> None:
     common.executions_check(arns)
 
     settings.INBOX_SENDTASK_RATE = args.capacity_rate
+    drains = 1 if args.profile else (args.drains or settings.INBOX_OUTBOX_DRAINS)
     instant = _instant_phase(count=args.instant, batch=batch, skill_id=skill_id,
-                             worker_id=worker_id, children=children, profile=args.profile)
+                             worker_id=worker_id, children=children, profile=args.profile,
+                             drains=drains)
     rows.append(instant)
     app.control.purge()
     compared, ratio = _compare_phase(count=args.compare, batch=batch, senders=senders,
@@ -164,9 +172,10 @@ def run(args: argparse.Namespace, *, children: common.Children) -> None:
                  "latency p50 ms", "p95 ms", "p99 ms"], rows))
     print("Latency: outbox row created (in the complete transaction) to SendTaskSuccess "
           "returned (sent_at); for the drains it includes the wait in the backlog. CPU: "
-          "this process's, per callback (PostgreSQL, the endpoint and the emulator not "
-          "counted; '-' where the process ran other work).")
-    print(f"\nDrain against the instant endpoint: {instant[3]:,.0f} callbacks/s. Drain vs a "
+          "the draining processes', per callback (PostgreSQL, the endpoint and the "
+          "emulator not counted; '-' where the process ran other work).")
+    print(f"\n{drains} drain(s) at once against the instant endpoint: {instant[3]:,.0f} "
+          f"callbacks/s. One drain vs a "
           f"plain boto3 SendTaskSuccess loop on the emulator, {senders} threads each: "
           f"{ratio:.2f}x")
     goal_print("callbacks drain, instant endpoint, callbacks per second", instant[3], 500.0,
@@ -205,8 +214,47 @@ def _drain(*, batch: int) -> tuple[float, float]:
     return time.monotonic() - started, time.process_time() - cpu
 
 
+def _drains(*, batch: int, processes: int) -> tuple[float, float]:
+    """Run _drain in processes forked processes at once, until no row is pending; return
+    the seconds and their CPU together (one process: _drain here)."""
+    import multiprocessing
+
+    from django.db import connections
+
+    from processes import aws
+
+    if processes == 1:
+        return _drain(batch=batch)
+    # Each child opens its own database connection and builds its own boto3 client: none
+    # may share a socket with this process (Redis's pool notices the fork by itself).
+    connections.close_all()
+    aws._client.cache_clear()
+    context = multiprocessing.get_context("fork")
+    results = context.Queue()
+
+    def run() -> None:
+        try:
+            results.put(_drain(batch=batch))
+        except BaseException as exc:
+            results.put(exc)
+            raise
+
+    started = time.monotonic()
+    children = [context.Process(target=run, name=f"drain-{n}") for n in range(processes)]
+    for child in children:
+        child.start()
+    outcomes = [results.get(timeout=600) for _ in children]
+    for child in children:
+        child.join()
+    elapsed = time.monotonic() - started
+    failed = [outcome for outcome in outcomes if isinstance(outcome, BaseException)]
+    if failed or any(child.exitcode for child in children):
+        raise SystemExit(f"a drain process failed: {failed or [c.exitcode for c in children]}")
+    return elapsed, sum(cpu for _, cpu in outcomes)
+
+
 def _instant_phase(*, count: int, batch: int, skill_id: int, worker_id: int,
-                   children: common.Children, profile: bool) -> list:
+                   children: common.Children, profile: bool, drains: int) -> list:
     """Drain count completed tasks against the instant endpoint; return the table row."""
     from django.conf import settings
     from django.db import connection
@@ -234,10 +282,11 @@ def _instant_phase(*, count: int, batch: int, skill_id: int, worker_id: int,
         if profile:
             elapsed, cpu = _profiled(lambda: _drain(batch=batch))
         else:
-            elapsed, cpu = _drain(batch=batch)
+            elapsed, cpu = _drains(batch=batch, processes=drains)
     finally:
         settings.AWS_ENDPOINT_URL = emulator
-    row = _row("instant endpoint, outbox_drain", count, elapsed, since=sent_before)
+    row = _row(f"instant endpoint, {drains} outbox_drain(s) at once", count, elapsed,
+               since=sent_before)
     row[4] = cpu / count * 1000
     return row
 

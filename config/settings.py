@@ -295,6 +295,11 @@ INBOX_SENDTASK_RATE = env_int("INBOX_SENDTASK_RATE", 250, minimum=0)
 INBOX_HEARTBEAT_SHARE_PERCENT = env_int("INBOX_HEARTBEAT_SHARE_PERCENT", 50, minimum=0,
                                         maximum=100)
 INBOX_CALLBACK_MAX_ATTEMPTS = env_int("INBOX_CALLBACK_MAX_ATTEMPTS", 8, minimum=1, maximum=50)
+# Drains that run at once on a backlog: a drain whose first batch comes full asks the
+# Celery worker's other processes for this many minus one more (helpers, which ask for
+# none), so the backlog's sends use more than one process's share of the CPU; all within
+# the one SendTask budget. 1: one drain at a time.
+INBOX_OUTBOX_DRAINS = env_int("INBOX_OUTBOX_DRAINS", 2, minimum=1, maximum=16)
 # Threads with which one outbox drain sends its batch at once (each within that budget).
 INBOX_CALLBACK_SENDERS = env_int("INBOX_CALLBACK_SENDERS", 8, minimum=1, maximum=32)
 # A worker's complete or reject waits this many seconds before it is sent, and until then

@@ -168,6 +168,25 @@ def enqueue(name: str, *arguments: Any) -> None:
         app.tasks[name].apply_async(arguments, producer=producer)
 
 
+DRAIN_TASK = "inbox.tasks.outbox_drain_task"
+
+
+def drain_helpers_request(*, count: int, expires: float) -> None:
+    """Ask count more outbox drains (helpers, which ask for none) of the Celery worker's
+    processes; each is dropped if not started within expires seconds.
+
+    Called by a drain that found a backlog, outside any transaction. A helper not asked
+    (the broker down) costs only speed: the asking drain goes on alone, and the failure
+    is logged with its traceback.
+    """
+    try:
+        for _ in range(count):
+            app.tasks[DRAIN_TASK].apply_async(kwargs={"helper": True}, expires=expires)
+    except Exception:
+        logger.exception("Asking for %d more outbox drain(s) failed; this drain goes on alone",
+                         count)
+
+
 def enqueue_later(name: str, *arguments: Any, countdown: float) -> None:
     """Enqueue the Celery task registered under name to run countdown seconds from now."""
     app.tasks[name].apply_async(arguments, countdown=countdown, producer=_producer.get())

@@ -9,6 +9,7 @@ process (manage.py clock_run), so nothing queued ahead of them can make a deadli
 import logging
 
 from celery import shared_task
+from django.conf import settings
 
 from config.errors import ExternalServiceError
 from inbox.notifications import notify
@@ -47,12 +48,20 @@ def callbacks_send_task(outbox_ids: list[int]) -> int:
 # A drain goes on with batch after batch for this long: under beat's 5 s period, so a
 # backlog (Celery down, a burst of decisions) drains at the whole SendTask rate.
 DRAIN_BUDGET_SECONDS = 4.0
+# Rows a drain claims at once (fewer when the SendTask rate allows fewer a second).
+DRAIN_BATCH = 100
 
 
 @shared_task
-def outbox_drain_task() -> int:
-    """Send the due rows nobody sent: retries and lost enqueues (Celery beat, every 5 s)."""
-    handled = outbox_drain(budget_seconds=DRAIN_BUDGET_SECONDS)
+def outbox_drain_task(helper: bool = False) -> int:
+    """Send the due rows nobody sent: retries and lost enqueues (Celery beat, every 5 s).
+
+    On a backlog it asks for INBOX_OUTBOX_DRAINS - 1 helpers: this task again, run by the
+    worker's other processes with helper=True, which ask for none.
+    """
+    helpers = 0 if helper else settings.INBOX_OUTBOX_DRAINS - 1
+    handled = outbox_drain(batch=DRAIN_BATCH, budget_seconds=DRAIN_BUDGET_SECONDS,
+                           helpers=helpers)
     if handled:
         logger.info("Outbox drain handled %d callback(s)", handled)
     return handled

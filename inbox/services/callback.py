@@ -53,7 +53,7 @@ from django.utils import timezone
 
 from config.compiled import CompiledRead, Many
 from config.errors import ExternalServiceError
-from inbox import metrics
+from inbox import effects, metrics
 from inbox.callback_history import (
     history_is_decision,
     history_outcome_reason,
@@ -429,7 +429,7 @@ def _expired(row: Outbox, *, reason: str) -> str:
 # The outbox as a whole ----------------------------------------------------------------
 
 
-def outbox_drain(*, batch: int = 100, budget_seconds: float = 0.0) -> int:
+def outbox_drain(*, batch: int = 100, budget_seconds: float = 0.0, helpers: int = 0) -> int:
     """Send due pending rows (retries, lost enqueues) in batches; return how many were handled.
 
     One batch claims up to batch rows (and no more than one window of the SendTask rate);
@@ -439,6 +439,11 @@ def outbox_drain(*, batch: int = 100, budget_seconds: float = 0.0) -> int:
     INBOX_OUTBOX_DRAIN_GRACE_SECONDS after it was due (a decision is due once its undo
     window closed, and its task is enqueued for then); the drain takes it only once that
     task had time to run. Call it outside any transaction: it calls Step Functions.
+
+    helpers: when the first batch comes full (a backlog), ask for this many more drains
+    (inbox.effects.drain_helpers_request) to run beside this one in other processes for
+    the rest of the budget; their claims are disjoint (SKIP LOCKED) and the rate limit is
+    shared, so together they send no row twice and no faster than the SendTask rate.
     """
     deadline = time.monotonic() + budget_seconds
     handled = 0
@@ -448,6 +453,9 @@ def outbox_drain(*, batch: int = 100, budget_seconds: float = 0.0) -> int:
         while True:
             limit = min(batch, int(_setting("INBOX_SENDTASK_RATE")))
             rows = _claim_due(limit=limit) if limit > 0 else []
+            if helpers > 0 and previous is None and len(rows) == limit > 0:
+                effects.drain_helpers_request(count=helpers,
+                                              expires=max(1.0, deadline - time.monotonic()))
             ready, settled = _prepared(rows)
             sending = _send_start(pool, ready)
             handled += settled

@@ -609,6 +609,82 @@ def test_a_drain_of_a_backlog_sends_each_row_once(invoice_machine, reviewer, spy
 
 
 @pytest.mark.emulator
+@pytest.mark.parametrize(("batch", "helpers", "asked"), [
+    (3, 1, [1]),  # the first batch comes full: a backlog; one ask, however many batches
+    (3, 0, []),  # a helper, or INBOX_OUTBOX_DRAINS = 1: no ask
+    (10, 1, []),  # the first batch is not full: no backlog, no ask
+])
+def test_a_drain_asks_for_helpers_only_when_its_first_batch_comes_full(
+    invoice_machine, reviewer, spy, settings, monkeypatch, batch, helpers, asked
+):
+    """The ask is recorded (patched), not sent; every call to Step Functions is real."""
+    settings.INBOX_OUTBOX_DRAIN_GRACE_SECONDS = 0
+    requests: list[int] = []
+    monkeypatch.setattr(effects, "drain_helpers_request",
+                        lambda *, count, expires: requests.append(count))
+    reviews = [_review(invoice_machine) for _ in range(7)]
+    for review in reviews:
+        _complete(review, reviewer)
+
+    assert outbox_drain(batch=batch, budget_seconds=30, helpers=helpers) == 7
+
+    assert requests == asked
+    assert Counter(spy.tokens) == Counter({review.token: 1 for review in reviews})
+
+
+@pytest.mark.emulator
+def test_the_beat_drain_and_its_helper_send_a_backlog_once(
+    invoice_machine, reviewer, spy, settings, monkeypatch, eager_celery
+):
+    """Beat's drain finds a backlog and asks for one helper: outbox_drain_task again, run
+    here at once (eager Celery) through the real enqueue. The helper drains what the first
+    drain did not claim and asks for none; each row is sent once. outbox_drain is wrapped
+    to record each drain's helpers and what it handled."""
+    from inbox import tasks
+
+    settings.INBOX_OUTBOX_DRAIN_GRACE_SECONDS = 0
+    settings.INBOX_OUTBOX_DRAINS = 2
+    monkeypatch.setattr(tasks, "DRAIN_BATCH", 3)
+    monkeypatch.setattr(effects, "enqueue", lambda name, *arguments: None)  # drains only
+    drains: list[tuple[int, int]] = []
+    real = tasks.outbox_drain
+
+    def recorded(**kwargs):
+        handled = real(**kwargs)
+        drains.append((kwargs["helpers"], handled))
+        return handled
+
+    monkeypatch.setattr(tasks, "outbox_drain", recorded)
+    reviews = [_review(invoice_machine) for _ in range(7)]
+    for review in reviews:
+        _complete(review, reviewer)
+
+    assert tasks.outbox_drain_task() == 3
+
+    assert drains == [(0, 4), (1, 3)]  # the helper ended first: it ran inside the ask
+    assert Counter(spy.tokens) == Counter({review.token: 1 for review in reviews})
+    assert {(row.status, row.attempts) for row in Outbox.objects.all()} == {
+        (OutboxStatus.SENT, 1)}
+
+
+def test_a_failed_ask_for_helpers_is_logged_and_the_drain_goes_on(monkeypatch, caplog):
+    """The broker refuses the helper's message (patched): logged with its traceback, and
+    nothing raised to the drain that asked."""
+    def refused(*args, **kwargs):
+        raise ConnectionError("broker down")
+
+    monkeypatch.setattr(effects.app.tasks[effects.DRAIN_TASK], "apply_async", refused)
+
+    with caplog.at_level(logging.ERROR, logger="inbox.effects"):
+        effects.drain_helpers_request(count=1, expires=4)
+
+    assert [record.getMessage() for record in caplog.records
+            if record.name == "inbox.effects"] == [
+        "Asking for 1 more outbox drain(s) failed; this drain goes on alone"]
+    assert "ConnectionError: broker down" in caplog.text  # the traceback, as logged
+
+
+@pytest.mark.emulator
 def test_a_batch_message_sends_its_due_rows_once_and_skips_the_rest(
     invoice_machine, reviewer, spy
 ):
