@@ -1,6 +1,7 @@
 """Live pages in a real browser: changes made elsewhere show within a second, no reload."""
 
 import datetime
+import re
 
 import pytest
 from django.utils import timezone
@@ -115,3 +116,34 @@ def test_the_board_shows_a_task_escalating_by_itself(live_page, make_task, make_
 
     row.get_by_text("Escalated", exact=True).wait_for(timeout=SHOWS_WITHIN_MS)
     assert Task.objects.get(pk=task.pk).state == TaskState.ESCALATED
+
+
+def test_a_stream_refused_with_an_error_is_opened_again_and_changes_still_show(
+    live_page, make_task, make_worker, check_skill
+):
+    """The first /live/ request is answered 500 (as when the web's pool is exhausted by a
+    reconnect burst): the browser gives such a stream up for good, so the page must open
+    a new one itself. Playwright's route answers for the server once, then lets every
+    later request through."""
+    refused: list[str] = []
+
+    def once(route) -> None:
+        if not refused:
+            refused.append(route.request.url)
+            route.fulfill(status=500, body="pool exhausted")
+        else:
+            route.continue_()
+
+    live_page.route(re.compile(r"/live/"), once)
+    checker = make_worker({"document-check": 3}, email="checker@example.com")
+    keyboard.sign_in(live_page, checker.email)
+    live_page.get_by_role("heading", name="My queues", level=1).wait_for()
+    _listening(live_page)
+    assert len(refused) == 1
+    urls = {live_page.url}
+
+    task = make_task(skill="document-check", title="Check passport P-8")
+    task_dispatch(task_id=task.pk)
+
+    live_page.locator(f'[data-offer="{task.pk}"]').wait_for(timeout=SHOWS_WITHIN_MS)
+    assert live_page.url in urls  # no reload, no navigation

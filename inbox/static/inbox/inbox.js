@@ -994,7 +994,25 @@ function inboxFetchPage(gone) {
     }
     document.addEventListener("inbox:swapped", swapped);
     if (!root || !window.EventSource) return;
-    source = new window.EventSource(root.getAttribute("data-live"));
+    url = root.getAttribute("data-live");
+    window.addEventListener("pagehide", function () {
+      leaving = true;
+      window.clearTimeout(reopening);
+      source.close();
+    });
+    listen();
+  }
+
+  // The browser reconnects a dropped stream by itself (after the server's retry:), but it
+  // gives up for good on an answer that is not a stream: a 500 or 503 while the web is
+  // overloaded or restarting. Then the page opens a new stream after a pause that doubles
+  // (with jitter, so a thousand pages do not come back at once) up to RETRY_MAX_MS. The
+  // new stream starts from the page's render (its ?since=): it replays what came since.
+  var RETRY_FIRST_MS = 1000, RETRY_MAX_MS = 30000;
+  var url = null, retryMs = RETRY_FIRST_MS, reopening = null, leaving = false;
+
+  function listen() {
+    source = new window.EventSource(url);
     source.addEventListener("task", function (event) {
       var signal;
       try { signal = JSON.parse(event.data); } catch (e) { return; }
@@ -1007,8 +1025,17 @@ function inboxFetchPage(gone) {
     source.addEventListener("presence", function () {
       document.dispatchEvent(new CustomEvent("inbox:signal", {detail: {presence: true}}));
     });
-    source.addEventListener("open", function () { root.setAttribute("data-live-open", ""); });
-    window.addEventListener("pagehide", function () { source.close(); });
+    source.addEventListener("open", function () {
+      retryMs = RETRY_FIRST_MS;
+      if (root) root.setAttribute("data-live-open", "");
+    });
+    source.addEventListener("error", function () {
+      if (root) root.removeAttribute("data-live-open");
+      if (leaving || source.readyState !== window.EventSource.CLOSED) return;
+      var pause = retryMs / 2 + Math.random() * retryMs / 2;
+      retryMs = Math.min(retryMs * 2, RETRY_MAX_MS);
+      reopening = window.setTimeout(listen, pause);
+    });
   }
 
   // A page swapped in (the next task) keeps this stream: it was rendered after the stream
