@@ -6,7 +6,9 @@ Usage (PostgreSQL only; makes and drops its own scratch database):
 
 Rows are inserted with one INSERT ... SELECT generate_series (the planner only needs
 their shape and numbers; the intake path is measured by the intake benchmark). The plans
-are those of the exact querysets inbox.services.clock.deadlines_sweep runs.
+are those of the exact statements inbox.services.clock.deadlines_sweep runs on PostgreSQL
+(inbox.lifecycle.clock_statement, one per clock), run with ANALYZE in a transaction that
+is rolled back.
 """
 
 import argparse
@@ -60,7 +62,8 @@ def main() -> None:
     old = setup_databases(verbosity=0, interactive=False)
     try:
         from accounts.models import Skill, User
-        from inbox.services.clock import clocks, due_locked
+        from inbox.lifecycle import clock_statement
+        from inbox.services.clock import BATCH, REASONS
 
         skill = Skill.objects.create(slug="bench", name="Bench")
         worker = User.objects.create_user(email="bench@example.com", password=None)
@@ -72,14 +75,16 @@ def main() -> None:
         print(f"{args.tasks:,} tasks ({args.due:,} overall deadlines due) seeded in "
               f"{time.perf_counter() - started:.1f} s on {settings.DATABASES['default']['NAME']}")
         now = timezone.now()
-        for clock in clocks(now):
-            query = due_locked(clock, batch=200)
-            print(f"\n--- {clock.name} clock")
+        for name in ("offer", "work", "overall"):
+            sql, params = clock_statement(clock=name, due=now, batch=BATCH,
+                                          reasons=REASONS[name])
+            print(f"\n--- {name} clock")
             with transaction.atomic(), connection.cursor() as cursor:
-                sql, params = query.query.sql_with_params()
+                cursor.execute("SET LOCAL jit = off")  # as the sweep runs it
                 cursor.execute(f"EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) {sql}", params)
                 for (line,) in cursor.fetchall():
                     print(line)
+                transaction.set_rollback(True)  # ANALYZE ran the writes: none is kept
     finally:
         teardown_databases(old, verbosity=0)
 

@@ -13,7 +13,7 @@ sends the callback, dispatch_pending_task offers the task). A notice is not heal
 
 import contextvars
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from enum import StrEnum
 from typing import Any
 
@@ -87,9 +87,32 @@ def after_commit_many(changes: Iterable[tuple[Task, Iterable[Effect], int | None
 
 def _messages(*, task: Task, effects: Iterable[Effect], outbox_id: int | None,
               callback_delay: float) -> list[Message]:
+    return _row_messages(task_id=task.pk, state=task.state, pushed=lambda: _pushed(task),
+                         effects=effects, outbox_id=outbox_id, callback_delay=callback_delay)
+
+
+def after_commit_rows(changes: Iterable[tuple[Any, str, bool, Iterable[Effect], int | None]]
+                      ) -> None:
+    """after_commit_many for changes the database applied and answered as rows (the
+    clocks', inbox.lifecycle.clock_rows_applied): (task id, state, whether its queue pushes,
+    effects, outbox id), no callback waiting out an undo window."""
+    messages = [message for task_id, state, pushed, effects, outbox_id in changes
+                for message in _row_messages(task_id=task_id, state=state,
+                                             pushed=lambda pushed=pushed: pushed,
+                                             effects=effects, outbox_id=outbox_id,
+                                             callback_delay=0)]
+    if messages:
+        # After commit, as _on_commit's are, for the same reasons.
+        transaction.on_commit(lambda: enqueue_all(messages), robust=True)
+
+
+def _row_messages(*, task_id: Any, state: str, pushed: Callable[[], bool],
+                  effects: Iterable[Effect], outbox_id: int | None,
+                  callback_delay: float) -> list[Message]:
     messages = []
     for effect in effects:
-        arguments = _arguments(task=task, effect=effect, outbox_id=outbox_id)
+        arguments = _arguments(task_id=task_id, state=state, pushed=pushed, effect=effect,
+                               outbox_id=outbox_id)
         if arguments is None:
             continue
         delay = callback_delay + CALLBACK_MARGIN_SECONDS if (
@@ -129,23 +152,27 @@ def _on_commit(name: str, arguments: tuple[Any, ...], *, countdown: float = 0) -
         transaction.on_commit(lambda: enqueue(name, *arguments), robust=True)
 
 
-def _arguments(*, task: Task, effect: Effect, outbox_id: int | None) -> tuple[Any, ...] | None:
-    """Return the Celery task's arguments for one effect, or None when it has nothing to do."""
+def _arguments(*, task_id: Any, state: str, pushed: Callable[[], bool], effect: Effect,
+               outbox_id: int | None) -> tuple[Any, ...] | None:
+    """Return the Celery task's arguments for one effect, or None when it has nothing to do.
+
+    pushed answers whether the task's queue pushes (asked only for a dispatch).
+    """
     if effect == Effect.CALLBACK:
         if outbox_id is None:
             raise ValueError("a callback effect needs the outbox row its transition wrote")
         return (outbox_id,)
     if effect == Effect.DISPATCH:
         # Only a push queue offers; a pull queue's task waits for a take.
-        if task.state != TaskState.QUEUED or not _pushed(task):
+        if state != TaskState.QUEUED or not pushed():
             return None
-        return (str(task.pk),)
+        return (str(task_id),)
     if effect == Effect.NOTIFY_OFFERED:
-        return ("offered", str(task.pk))
+        return ("offered", str(task_id))
     if effect == Effect.NOTIFY_ESCALATED:
-        return ("escalated", str(task.pk))
+        return ("escalated", str(task_id))
     if effect == Effect.MIGRATED:
-        return (str(task.pk),)
+        return (str(task_id),)
     return ()  # Effect.SIGNAL: the relay sends whatever is due
 
 

@@ -18,6 +18,7 @@ still hold the task (their current role, skill and proficiency: AccessLost, 409)
 
 import copy
 import datetime
+import functools
 import json
 import logging
 from collections.abc import Callable, Mapping
@@ -29,11 +30,11 @@ from django.db import DatabaseError, transaction
 from django.db.models import OuterRef, Subquery
 from django.utils import timezone
 
-from accounts.models import Skill, User, WorkerSkill
+from accounts.models import Dispatch, Skill, User, WorkerSkill
 from config.compiled import CompiledRead
 from config.errors import Conflict, InboxError, NotFound
 from config.rows import ModelRows
-from inbox import effects
+from inbox import effects, lifecycle_sql
 from inbox.bulk import row_insert, row_update, rows_insert, rows_update
 from inbox.effects import Effect
 from inbox.history import event_new, event_save
@@ -217,11 +218,15 @@ def _declined(task: Task, step: Step) -> dict[str, Any]:
     return _to_queue(task, step)
 
 
+# What a lapsed offer's pass says (clock_rows_applied's statement writes the same).
+OFFER_RAN_OUT = "The offer ran out."
+
+
 def _lapsed(task: Task, step: Step) -> dict[str, Any]:
     """Back to the queue; offered to this worker again only after a cool-down."""
     # Offered again after the cool-down and lapsed again: a new cool-down starts.
     step.passes.append(Pass(task_id=task.pk, worker_id=task.assignee_id,
-                            why=TaskPass.Why.LAPSED, reason="The offer ran out.",
+                            why=TaskPass.Why.LAPSED, reason=OFFER_RAN_OUT,
                             renew_lapsed=True))
     return _to_queue(task, step)
 
@@ -722,6 +727,82 @@ def transitions_apply(*, action: str, tasks: list[Task], system: str = "",
         if signal:
             effects.after_commit(task=done[0].task, effects=signal)
     return Batch(applied=[one.task for one in done], refused=refused)
+
+
+@functools.cache
+def _clock_statements(batch: int) -> dict[str, str]:
+    return lifecycle_sql.statements(TRANSITIONS, failure_kind=OutboxKind.FAILURE,
+                                    pending=OutboxStatus.PENDING, batch=batch)
+
+
+# The clock each statement applies, and the table's rows it applies (one, or two: the
+# overall clock escalates or aborts).
+CLOCK_ACTIONS = {"offer": ("offer_timeout",), "work": ("work_timeout",),
+                 "overall": ("escalate", "overall_timeout")}
+
+
+def clock_statement(*, clock: str, due: datetime.datetime, batch: int,
+                    reasons: Mapping[str, str]) -> tuple[str, dict[str, Any]]:
+    """Return clock_rows_applied's statement for a clock and its parameters, now."""
+    row = TRANSITIONS[CLOCK_ACTIONS[clock][0]]
+    now = timezone.now()
+    params: dict[str, Any] = {"due": due, "at": now, "at_iso": now.isoformat(),
+                              "label": row.system, "label_json": json.dumps(row.system),
+                              "signal": bool(settings.INBOX_SIGNALS_BUS)}
+    for name, said in reasons.items():
+        refusal = _reason_refusal(row, said)
+        if refusal is not None:
+            raise refusal
+        params[name], params[f"{name}_json"] = said, json.dumps(said)
+    if clock == "offer":
+        params.update(pass_why=TaskPass.Why.LAPSED, pass_reason=OFFER_RAN_OUT)
+    if clock == "overall":
+        params.update(since=due, error=TIMED_OUT_ERROR, cause_max=CAUSE_MAX_CHARS)
+    return _clock_statements(batch)[clock], params
+
+
+def clock_rows_applied(*, clock: str, due: datetime.datetime, batch: int,
+                       reasons: Mapping[str, str]) -> int | None:
+    """Apply a clock's rows to at most batch of its due tasks in the database; return how many.
+
+    PostgreSQL only (inbox.lifecycle_sql): one statement locks the clock's tasks due at due
+    (SKIP LOCKED, earliest first), changes them as transitions_apply would with the same
+    rows, and writes their events, passes, outbox and signal rows; the effects are handed
+    to inbox.effects here, to run after the caller's transaction commits. Elsewhere
+    (SQLite) None: the caller applies them in Python (transitions_apply).
+
+    reasons: the offer and work clocks' "reason"; the overall clock's "escalated" (an
+    escalation's), "ran_out" (the escalation clock's), and "abort" (with {duration}, the
+    task's overall seconds as the clock service says them: inbox.lifecycle_sql.duration_sql).
+    due is also when an escalation clock starts (the moment the sweeper saw it run out).
+    """
+    connection = transaction.get_connection()
+    if connection.vendor != "postgresql":
+        return None
+    if not connection.in_atomic_block:
+        raise RuntimeError("clock_rows_applied needs the sweep's transaction.")
+    rows = [TRANSITIONS[action] for action in CLOCK_ACTIONS[clock]]
+    sql, params = clock_statement(clock=clock, due=due, batch=batch, reasons=reasons)
+    with connection.cursor() as cursor:
+        # No JIT for the sweep's transaction: the overall statement's estimate (a probe of
+        # each task's events) can pass jit_above_cost, and compiling it cost 90 ms a sweep
+        # (auto_explain, bench/sweeper.py's steady phase) where running it costs 3.
+        cursor.execute("SET LOCAL jit = off")
+        cursor.execute(sql, params)
+        changed = cursor.fetchall()
+    label = params["label"]
+    by_action = {row.action: row for row in rows}
+    effects.after_commit_rows(
+        (task_id, by_action[action].target_from(source), dispatch == Dispatch.PUSH,
+         by_action[action].all_effects, outbox_id)
+        for task_id, action, source, _target, dispatch, outbox_id in changed)
+    for task_id, action, source, target, *_ in changed:
+        changes.info("task %s… %s → %s (%s by %s)", str(task_id)[:8], source, target, action,
+                     label)
+    if params["signal"] and changed:
+        # One relay for the batch's signals: it sends whatever is due.
+        effects.after_commit_rows([(changed[0][0], "", False, (Effect.SIGNAL,), None)])
+    return len(changed)
 
 
 def take_next_applied(*, worker: User, skill: str | None = None) -> Task | None:

@@ -23,7 +23,7 @@ from django.db.models import F, Min, Q, QuerySet
 from django.utils import timezone
 
 from config.errors import Conflict, ExternalServiceError
-from inbox.lifecycle import transition, transitions_apply
+from inbox.lifecycle import clock_rows_applied, transition, transitions_apply
 from inbox.models import CLOSED_STATES, OPEN_STATES, Task, TaskEvent, TaskState
 from inbox.ratelimit import SENDTASK, rate_take
 from inbox.selectors import open_tasks_of_execution
@@ -47,6 +47,12 @@ LAPSED = "Nobody accepted the offer in time; it goes to the next worker."
 WORK_RAN_OUT = "The work clock ran out before the task was finished; it is back in the queue."
 ESCALATED = "The overall clock ran out; the supervisors have the escalation clock to act."
 ESCALATION_RAN_OUT = "The escalation clock ran out before the escalated task was finished."
+# An abort's reason: {duration} is the task's overall seconds as _duration says them.
+OVERALL_RAN_OUT = "The overall clock ran out ({duration})."
+# What each clock's rows say, as inbox.lifecycle.clock_rows_applied takes them.
+REASONS = {"offer": {"reason": LAPSED}, "work": {"reason": WORK_RAN_OUT},
+           "overall": {"escalated": ESCALATED, "ran_out": ESCALATION_RAN_OUT,
+                       "abort": OVERALL_RAN_OUT}}
 
 
 def offer_lapse(*, task_id: Any, version: int) -> Task:
@@ -81,7 +87,7 @@ def overall_timeout(*, task_id: Any, version: int,
 def _abort_reason(task: Task, *, escalated: bool) -> str:
     if escalated:
         return ESCALATION_RAN_OUT
-    return f"The overall clock ran out ({_duration(task)})."
+    return OVERALL_RAN_OUT.format(duration=_duration(task))
 
 
 # The same, for a batch of due rows the sweeper's transaction locked: one transitions_apply
@@ -170,8 +176,7 @@ def deadlines_sweep(*, batch: int | None = None, now: datetime.datetime | None =
     for clock in clocks(now):
         try:
             with transaction.atomic():
-                handled[clock.name] = clock.batch_apply(list(due_locked(clock, batch=batch)),
-                                                        now=now)
+                handled[clock.name] = clock_apply(clock, batch=batch, now=now)
         except Exception:
             # One broken task must not hold back every other deadline: the batch rolled
             # back (its effects with it), and its rows are applied one at a time instead.
@@ -180,6 +185,19 @@ def deadlines_sweep(*, batch: int | None = None, now: datetime.datetime | None =
             handled[clock.name], failed = _one_at_a_time(clock, batch=batch)
             handled["failed"] += failed
     return handled
+
+
+def clock_apply(clock: Clock, *, batch: int, now: datetime.datetime) -> int:
+    """Apply at most batch of a clock's due rows in the open transaction; return how many.
+
+    On PostgreSQL the database applies them, one statement (inbox.lifecycle_sql); elsewhere
+    they are locked, read and applied here (transitions_apply). The same rows either way.
+    """
+    applied = clock_rows_applied(clock=clock.name, due=now, batch=batch,
+                                 reasons=REASONS[clock.name])
+    if applied is not None:
+        return applied
+    return clock.batch_apply(list(due_locked(clock, batch=batch)), now=now)
 
 
 def _one_at_a_time(clock: Clock, *, batch: int) -> tuple[int, int]:
