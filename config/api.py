@@ -11,6 +11,7 @@ deep (400), a malformed request, a bug (500).
 
 import io
 import logging
+import sys
 from typing import IO, Any
 
 from django.conf import settings
@@ -159,11 +160,40 @@ def not_found(request: HttpRequest, exception: Exception | None = None) -> HttpR
     return defaults.page_not_found(request, exception)
 
 
+# How long a client is asked to wait when every pooled connection stayed busy.
+BUSY_RETRY_SECONDS = 2
+BUSY = ("The server is busy: every database connection stayed in use past the wait. "
+        "Nothing was done; try again in a moment.")
+
+
+def _pool_exhausted(error: BaseException | None) -> bool:
+    """Whether error is (or was caused by) the connection pool's wait running out."""
+    from psycopg_pool import PoolTimeout
+
+    seen = 0
+    while error is not None and seen < 10:  # Django wraps psycopg's error in its own
+        if isinstance(error, PoolTimeout):
+            return True
+        error, seen = error.__cause__ or error.__context__, seen + 1
+    return False
+
+
 def server_error(request: HttpRequest) -> HttpResponse:
     """The 500 answer: JSON in the error shape under /api/, the 500 page elsewhere.
 
     Nothing of the error itself: Django logs it with its traceback (logger django.request).
+    A request that waited past the pool's timeout for a database connection (a burst: a
+    thousand pages reopening their live streams at once) is answered 503 with Retry-After
+    instead: nothing failed but the wait, and a retry soon succeeds (a live page's stream
+    retries by itself, with backoff). Django still logs it as an error.
     """
+    if _pool_exhausted(sys.exc_info()[1]):
+        if _is_api(request):
+            response = JsonResponse({"code": "busy", "detail": BUSY}, status=503)
+        else:
+            response = HttpResponse(BUSY, status=503, content_type="text/plain")
+        response["Retry-After"] = str(BUSY_RETRY_SECONDS)
+        return response
     if _is_api(request):
         return JsonResponse(
             {"code": "server_error", "detail": "The server failed on this request and "

@@ -199,3 +199,41 @@ def test_a_server_error_under_api_is_json_without_internals_and_a_page_keeps_its
     assert response.json()["code"] == "server_error"
     assert b"secret" not in response.content and b"RuntimeError" not in response.content
     assert (page.status_code, page["Content-Type"].startswith("text/html")) == (500, True)
+
+
+@pytest.mark.parametrize("cause", ["pool", "other"])
+def test_a_request_that_waited_past_the_pools_timeout_is_a_503_with_retry_after(
+        admin, monkeypatch, cause):
+    """Every pooled connection busy past the wait (a burst of reconnecting pages) is not a
+    failure of the request: 503 and Retry-After, under /api/ in the error shape. Django
+    wraps psycopg's error in its own, as here; any other database error stays a 500."""
+    from django.db.utils import OperationalError
+    from psycopg_pool import PoolTimeout
+
+    def starved(**kwargs):
+        if cause == "pool":
+            try:
+                raise PoolTimeout("couldn't get a connection after 10.00 sec")
+            except PoolTimeout as timeout:
+                raise OperationalError(str(timeout)) from timeout
+        raise OperationalError("server closed the connection unexpectedly")
+
+    monkeypatch.setattr("inbox.api.my_queues", starved)
+    monkeypatch.setattr("inbox.views.my_queues", starved)
+    api = APIClient(raise_request_exception=False)
+    api.force_authenticate(admin)
+    browser = Client(raise_request_exception=False)
+    browser.force_login(admin)
+
+    response = api.get("/api/inbox/queues/")
+    page = browser.get("/")
+
+    if cause == "other":
+        assert (response.status_code, page.status_code) == (500, 500)
+        assert "Retry-After" not in response and "Retry-After" not in page
+        return
+    assert (response.status_code, response["Retry-After"]) == (503, "2")
+    assert response.json()["code"] == "busy"
+    assert "try again" in response.json()["detail"]
+    assert (page.status_code, page["Retry-After"]) == (503, "2")
+    assert b"busy" in page.content
