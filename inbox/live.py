@@ -259,18 +259,24 @@ class LiveHub:
 
     async def _read(self) -> None:
         """Read new events and fan them out while anyone listens; a failure is retried."""
-        while self.subscriptions:
-            try:
-                await self._poll()
-            except Exception:
-                logger.exception("Reading live signals failed; trying again")
-                await sync_to_async(connection_close)()
-                await asyncio.sleep(1)
-            await asyncio.sleep(POLL_SECONDS)
-        # Nobody listens: the next reader starts from the newest event then (each page
-        # replays what it missed from its own ?since=), not from where this one stopped.
-        self.last_id = -1
-        self.seen.clear()
+        try:
+            while self.subscriptions:
+                try:
+                    await self._poll()
+                except Exception:
+                    logger.exception("Reading live signals failed; trying again")
+                    await sync_to_async(connection_close)()
+                    await asyncio.sleep(1)
+                await asyncio.sleep(POLL_SECONDS)
+            # Nobody listens: the next reader starts from the newest event then (each page
+            # replays what it missed from its own ?since=), not from where this one stopped.
+            self.last_id = -1
+            self.seen.clear()
+        finally:
+            # The shared thread's connection goes back (to the pool, or closed) when nobody
+            # listens any more or the server stops (the reader cancelled): a web with no
+            # live page open holds none for the hub.
+            await sync_to_async(connection_close)()
 
     async def _poll(self) -> None:
         if self.last_id < 0:

@@ -333,3 +333,27 @@ def asgi_server(transactional_db) -> Iterator[str]:
     yield f"http://127.0.0.1:{port}"
     server.should_exit = True
     thread.join(timeout=10)
+    _wsgi_threads_disconnect()
+
+
+def _wsgi_threads_disconnect() -> None:
+    """Close the database connections the ASGI entry's WSGI threads keep between requests
+    (as a web process does, CONN_MAX_AGE): left open, they outlive the test's server and
+    the test database cannot be dropped at the end of the run ("being accessed by other
+    users"). One job per thread the pool may have, each held at a barrier until all run,
+    so that every thread runs one."""
+    import threading
+
+    from django.db import connections
+
+    from config.asgi import _threads, requests
+
+    count = _threads()
+    barrier = threading.Barrier(count)
+
+    def disconnect() -> None:
+        connections.close_all()
+        barrier.wait(timeout=10)
+
+    for job in [requests.executor.submit(disconnect) for _ in range(count)]:
+        job.result(timeout=15)

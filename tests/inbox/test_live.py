@@ -223,6 +223,40 @@ def test_a_reader_that_stopped_for_want_of_pages_starts_afresh(monkeypatch):
     assert _run(scenario) == -1
 
 
+@pytest.mark.parametrize("ending", ["the last page left", "the server stopped"])
+def test_the_reader_gives_its_connection_back_when_it_stops(monkeypatch, ending):
+    """No page listening, or the server stopping (the reader cancelled): the shared
+    thread's connection goes back, in that thread. Left open, an idle web held one for
+    nothing, and a test server's outlived the run (its database could not be dropped)."""
+    import threading
+
+    closed = []
+    monkeypatch.setattr(live, "latest_event_id", lambda: 9)
+    monkeypatch.setattr(live, "signals_after", lambda floor, **kwargs: [])
+    monkeypatch.setattr(live, "presence_since", lambda at, **kwargs: [])
+    monkeypatch.setattr(live, "POLL_SECONDS", 0.01)
+    monkeypatch.setattr(live, "connection_close",
+                        lambda: closed.append(threading.current_thread().name))
+
+    async def scenario() -> None:
+        hub = LiveHub()
+        page = Subscription(Audience(SKILL_1_SUPERVISOR))
+        hub.subscribe(page)
+        await asyncio.sleep(0.05)
+        assert closed == []  # Listening: the connection is kept.
+        if ending == "the last page left":
+            hub.unsubscribe(page)
+            await asyncio.wait_for(hub.reader, 2)
+        else:
+            hub.reader.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await hub.reader
+
+    _run(scenario)
+    assert len(closed) == 1
+    assert closed[0] != threading.current_thread().name  # the reader's thread, not ours
+
+
 def test_an_availability_change_is_told_once_to_the_supervisors_of_the_worker(monkeypatch):
     """Read again while it is recent, a presence change reaches a page once; a page of
     another skill's supervisor hears nothing of it."""
