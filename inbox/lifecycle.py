@@ -811,8 +811,10 @@ def take_next_applied(*, worker: User, skill: str | None = None) -> Task | None:
     PostgreSQL only (the function inbox_take_next_history, migrations 0010, 0012): it
     checks the worker (active, the worker role), weighs their capacity, picks the candidate
     (SKIP LOCKED, separation of duties), changes it as _hold does, appends its hash-chained
-    event and answers the task's history, in the caller's transaction or its own. The
-    history rides on the task (events_read, which selectors.task_history answers).
+    event and answers the task's history, in the caller's transaction or its own (its own
+    commits with synchronous_commit off: a crash of the database may forget the last
+    fraction of a second's takes, never a decision after them, whose commit flushes them).
+    The history rides on the task (events_read, which selectors.task_history answers).
     None: nothing taken, for whatever reason (nothing
     waits, at capacity, no pull skill, no worker role); the caller's Python path then says
     why, in the words every other path uses. Elsewhere (SQLite) always None.
@@ -823,15 +825,22 @@ def take_next_applied(*, worker: User, skill: str | None = None) -> Task | None:
     row = TRANSITIONS["take_next"]
     now = timezone.now()
     signal = bool(settings.INBOX_SIGNALS_BUS)
+    # Alone in its transaction, the take commits without waiting for its WAL flush: the
+    # flush was the paced take's p99 (docs/DECISIONS.md). Not in a caller's transaction,
+    # which may hold a decision that must be durable when its commit returns.
+    alone = not connection.in_atomic_block
     with connection.cursor() as cursor:
         cursor.execute(  # The columns are the models' own names, never input.
-            f"SELECT {_TAKEN_COLUMNS}, r.taken_history "  # noqa: S608
+            f"SELECT {_ASYNC_COMMIT if alone else ''}"  # noqa: S608
+            f"{_TAKEN_COLUMNS}, r.taken_history "
             "FROM inbox_take_next_history(%s, %s, %s, %s, %s, %s) r "
             "JOIN accounts_skill s ON s.id = (r.taken).skill_id",
             [worker.pk, skill or None, now, worker.email, json.dumps(worker.email), signal])
         found = cursor.fetchone()
     if found is None:
         return None
+    if alone:
+        found = found[1:]
     task = ModelRows.of(Task, connection).instance(found[:len(_TASK_FIELDS)], connection)
     task.skill = ModelRows.of(Skill, connection).instance(found[len(_TASK_FIELDS):-1],
                                                           connection)
@@ -844,6 +853,9 @@ def take_next_applied(*, worker: User, skill: str | None = None) -> Task | None:
     return task
 
 
+# Transaction-local (is_local): it lasts until this statement's own transaction commits,
+# and the pooled session's setting stays as it was.
+_ASYNC_COMMIT = "set_config('synchronous_commit', 'off', true), "
 _TASK_FIELDS = Task._meta.concrete_fields
 _TAKEN_COLUMNS = ", ".join(
     [f'(r.taken)."{field.column}"' for field in _TASK_FIELDS]

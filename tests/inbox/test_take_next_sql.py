@@ -205,3 +205,38 @@ def test_the_previous_function_stays_for_a_rolling_deploy(make_task, make_worker
         cursor.execute("SELECT t.id, t.state FROM inbox_take_next(%s, NULL, now(), %s, %s, "
                        "false) t", [worker.pk, worker.email, f'"{worker.email}"'])
         assert cursor.fetchall() == [(task.pk, TaskState.IN_PROGRESS)]
+
+
+def _synchronous_commit() -> str:
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW synchronous_commit")
+        return cursor.fetchone()[0]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_take_alone_commits_without_waiting_for_its_flush(make_task, make_worker):
+    """Its own transaction only: the setting is local to it, the session keeps its own."""
+    worker = make_worker({"invoice-review": 3})
+    make_task()
+    assert not connection.in_atomic_block
+    with CaptureQueriesContext(connection) as queries:
+        taken = task_take_next(worker=worker)
+    assert len(queries) == 1
+    assert "set_config('synchronous_commit', 'off', true)" in queries[0]["sql"]
+    # Committed and visible at once (an asynchronous commit is only a later flush).
+    assert Task.objects.get(pk=taken.pk).assignee_id == worker.pk
+    assert (taken.state, taken.version, len(taken.events_read)) == (
+        TaskState.IN_PROGRESS, 2, 2)
+    assert _synchronous_commit() == "on"
+
+
+def test_a_take_in_the_callers_transaction_leaves_its_commit_durable(make_task, make_worker):
+    """A caller's transaction may hold a decision: its commit waits for the flush."""
+    worker = make_worker({"invoice-review": 3})
+    make_task()
+    assert connection.in_atomic_block  # the test's transaction
+    with CaptureQueriesContext(connection) as queries:
+        taken = task_take_next(worker=worker)
+    assert taken.assignee == worker
+    assert "synchronous_commit" not in queries[0]["sql"]
+    assert _synchronous_commit() == "on"
