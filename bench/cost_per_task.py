@@ -11,16 +11,18 @@ per Redis database.
 The inbox runs as in production, each part a process of its own: the web app under
 gunicorn with 2 workers of the server production runs (uvicorn's worker on config.asgi, a
 pool of connections; --http-server wsgi: sync workers on config.wsgi, what this bench ran
-until 2026-12-03), a Celery worker (prefork, 2 processes), Celery beat and the clock
-(manage.py clock_run), with the local Step Functions emulator beside them. This script
+until 2026-12-03), a Celery worker (prefork, 2 processes), Celery beat, the clock
+(manage.py clock_run) and the callbacks' sender (manage.py callbacks_run, since
+2026-12-04), with the local Step Functions emulator beside them. This script
 (the load driver) starts N executions of a one-human-stage process on the emulator; the
 worker takes their envelopes in (beat's intake poll); once all N tasks are queued, T
 threads take and complete them through the REST API (POST tasks/next/, then
-tasks/<id>/complete/, each thread signed in as its own worker); the worker sends the
-callbacks (on commit) and every execution must end SUCCEEDED.
+tasks/<id>/complete/, each thread signed in as its own worker); the sender sends the
+callbacks (the Celery worker did, one message per decision, until 2026-12-04) and every
+execution must end SUCCEEDED.
 
-The CPU time (user + sys, from /proc) of the gunicorn, Celery worker, beat and clock
-process trees is read before the executions start and after the last callback was sent.
+The CPU time (user + sys, from /proc) of the gunicorn, Celery worker, beat, clock and
+sender process trees is read before the executions start and after the last callback was sent.
 Beat's ticks and the clock's sweeps cost CPU with no task at all, so the same processes
 are first watched idle for a while, and that idle rate times the run's duration is
 subtracted (both are printed). The emulator and this driver are not counted;
@@ -51,7 +53,7 @@ from _common import (
 )
 
 TICKS = os.sysconf("SC_CLK_TCK")
-INBOX_PROCESSES = ("gunicorn", "celery worker", "celery beat", "clock")
+INBOX_PROCESSES = ("gunicorn", "celery worker", "celery beat", "clock", "sender")
 DATABASE = f"inbox_bench_d2_cost_{os.getpid()}"
 
 
@@ -65,10 +67,11 @@ def main() -> None:
                         help="asgi (default): production's gunicorn + uvicorn worker on "
                              "config.asgi; wsgi: gunicorn sync workers on config.wsgi")
     parser.add_argument("--py-spy", type=Path, metavar="DIR", dest="py_spy",
-                        help="sample the web's, the Celery worker's and the clock's process "
-                             "trees with py-spy during the run (pip install py-spy), write "
-                             "each one's stacks to DIR and print their costliest frames; "
-                             "sampling costs CPU, so that run's CPU figures are not results")
+                        help="sample the web's, the Celery worker's, the clock's and the "
+                             "sender's process trees with py-spy during the run (pip install "
+                             "py-spy), write each one's stacks to DIR and print their "
+                             "costliest frames; sampling costs CPU, so that run's CPU "
+                             "figures are not results")
     args = parser.parse_args()
     if args.quick:
         args.tasks, args.idle = 60, 15
@@ -111,6 +114,8 @@ def run(*, tasks: int, takers: int, idle: float, children: common.Children,
         common.PYTHON, "-m", "celery", "-A", "config", "beat", "--loglevel", "INFO",
     ], ready="beat: Starting")
     children.start("clock", [common.PYTHON, "manage.py", "clock_run"], ready="Clock running")
+    children.start("sender", [common.PYTHON, "manage.py", "callbacks_run"],
+                   ready="Callbacks sender running")
     _http_ready(base=base)
     # Let every process finish starting (imports, first beat ticks) before the idle window.
     time.sleep(5)
@@ -163,7 +168,7 @@ def run(*, tasks: int, takers: int, idle: float, children: common.Children,
                unit=" ms", most=True)
 
 
-SAMPLED = ("gunicorn", "celery worker", "clock")
+SAMPLED = ("gunicorn", "celery worker", "clock", "sender")
 
 
 def _samplers_start(directory: Path, children: common.Children) -> dict[str, tuple]:

@@ -4,11 +4,12 @@ Usage (needs Redis; uses its database 9 and empties it at the end):
     REDIS_URL=redis://127.0.0.1:6379/5 .venv/bin/python bench/publish.py \
         [--calls 2000] [--rounds 5] [--quick]
 
-A decision's callback is one Celery message (inbox.effects.enqueue_later, sent after the
-decision commits, with its undo window as countdown). This bench sends that message the
-product's way and, as the floor, LPUSHes a payload of the same length with redis-py,
-taking turns round by round, and prints this process's CPU per message (median of the
-rounds). Nothing consumes the messages.
+An offer of a push queue's task to the next worker is one Celery message
+(inbox.effects.enqueue, sent after the change commits), as a decision's callback was one
+until the callbacks' sender sent the outbox rows themselves (manage.py callbacks_run).
+This bench sends that message the product's way and, as the floor, LPUSHes a payload of
+the same length with redis-py, taking turns round by round, and prints this process's
+CPU per message (median of the rounds). Nothing consumes the messages.
 """
 
 import os
@@ -41,17 +42,18 @@ def main() -> None:
     from config.celery import app
     from inbox import effects
 
-    name = effects.TASK_NAMES[effects.Effect.CALLBACK]
+    name = effects.TASK_NAMES[effects.Effect.DISPATCH]
+    task_id = "0b4ae8a2-5a4e-4d3c-9a57-1f1f3c2b9a10"  # a task id's length
     client = redis.Redis.from_url(broker)
     client.flushdb()
     # The floor's payload: as long as the message the product's way sends.
     with app.producer_or_acquire() as producer:
-        app.tasks[name].apply_async((123456,), countdown=8, producer=producer)
+        app.tasks[name].apply_async((task_id,), producer=producer)
     [queued] = [client.lindex(key, 0) for key in client.keys("*") if client.type(key) == b"list"]
     payload = dumps({"pad": "x" * max(0, len(queued) - 12)})
 
     def product(i: int) -> None:
-        effects.enqueue_later(name, i, countdown=8)
+        effects.enqueue(name, task_id)
 
     def floor(i: int) -> None:
         client.lpush("bench-floor", payload)
@@ -70,7 +72,7 @@ def main() -> None:
     print(f"\nCPU of this process per message, ms (median of {args.rounds} rounds of "
           f"{args.calls:,}), message of {len(queued):,} bytes:")
     print(table(["way", "ms per message", "vs the floor"], [
-        ["a decision's callback message (inbox.effects.enqueue_later)", f"{sent:.3f}",
+        ["an offer's message (inbox.effects.enqueue)", f"{sent:.3f}",
          f"{sent / bare:.1f}x"],
         ["bare LPUSH of as many bytes (redis-py)", f"{bare:.3f}", "1.0x"],
     ]))

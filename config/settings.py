@@ -216,7 +216,7 @@ CELERY_BEAT_SCHEDULE = {
     "intake-poll": _every(10.0, "inbox.tasks.intake_poll_task", expires=9),
     # The clocks (timeouts, heartbeats, upstream checks) are not here: they run in their
     # own process (manage.py clock_run), where no other work can hold them up.
-    # Sends callbacks that are due: retries, and any whose on-commit enqueue was lost.
+    # Sends callbacks that are due and that no sender (manage.py callbacks_run) sent.
     "outbox-drain": _every(5.0, "inbox.tasks.outbox_drain_task", expires=4),
     # Offers queued push-queue tasks nobody was available for when they arrived.
     "dispatch-pending": _every(15.0, "inbox.tasks.dispatch_pending_task", expires=14),
@@ -305,6 +305,11 @@ INBOX_CALLBACK_SENDERS = env_int("INBOX_CALLBACK_SENDERS", 8, minimum=1, maximum
 # A worker's complete or reject waits this many seconds before it is sent, and until then
 # they may take it back (undo); 0 sends at once and turns undo off.
 INBOX_UNDO_SECONDS = env_int("INBOX_UNDO_SECONDS", 5, minimum=0, maximum=60)
+# The callbacks' sender (manage.py callbacks_run): the longest it sleeps between rounds when
+# no pending row falls due sooner (in milliseconds: a row due at once, a requeue or an
+# abort's, is sent within it; a decision's is sent as its undo window closes).
+INBOX_CALLBACKS_MAX_WAIT_SECONDS = env_int("INBOX_CALLBACKS_MAX_WAIT_MS", 250, minimum=10,
+                                           maximum=60_000) / 1000
 
 # The clock process (manage.py clock_run): the longest it sleeps between sweeps when no
 # deadline is nearer (in milliseconds: a deadline set elsewhere is seen within it), and how

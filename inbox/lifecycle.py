@@ -627,7 +627,6 @@ class _Applied:
     fields: list[str]
     event: TaskEvent
     outbox: Outbox | None
-    wait: int
 
 
 def _change(row: Transition, *, task: Task, step: Step, system: str) -> _Applied:
@@ -654,15 +653,13 @@ def _change(row: Transition, *, task: Task, step: Step, system: str) -> _Applied
         )
     return _Applied(task=task, from_state=from_state, data=data,
                     fields=_changed(task, before) + list(row.writes), event=event,
-                    outbox=outbox, wait=wait)
+                    outbox=outbox)
 
 
 def _after_commit(row: Transition, applied: _Applied, *, now: datetime.datetime) -> None:
     """Hand the row's effects on one applied change to inbox.effects (signal rows first)."""
     signal = _signal(applied.event, now)
-    effects.after_commit(task=applied.task, effects=row.all_effects + signal,
-                         outbox_id=applied.outbox.pk if applied.outbox is not None else None,
-                         callback_delay=applied.wait)
+    effects.after_commit(task=applied.task, effects=row.all_effects + signal)
 
 
 def _log(row: Transition, applied: _Applied) -> None:
@@ -717,9 +714,7 @@ def transitions_apply(*, action: str, tasks: list[Task], system: str = "",
         Outbox.objects.bulk_create([one.outbox for one in done if one.outbox is not None])
         if Effect.DISPATCH in row.effects:
             _skills_load([one.task for one in done])
-        effects.after_commit_many(
-            (one.task, row.all_effects, one.outbox.pk if one.outbox is not None else None,
-             one.wait) for one in done)
+        effects.after_commit_many((one.task, row.all_effects) for one in done)
         for one in done:
             _log(row, one)
         # One relay for the batch's signals: it sends whatever is due.
@@ -794,14 +789,14 @@ def clock_rows_applied(*, clock: str, due: datetime.datetime, batch: int,
     by_action = {row.action: row for row in rows}
     effects.after_commit_rows(
         (task_id, by_action[action].target_from(source), dispatch == Dispatch.PUSH,
-         by_action[action].all_effects, outbox_id)
-        for task_id, action, source, _target, dispatch, outbox_id in changed)
+         by_action[action].all_effects)
+        for task_id, action, source, _target, dispatch, _outbox_id in changed)
     for task_id, action, source, target, *_ in changed:
         changes.info("task %s… %s → %s (%s by %s)", str(task_id)[:8], source, target, action,
                      label)
     if params["signal"] and changed:
         # One relay for the batch's signals: it sends whatever is due.
-        effects.after_commit_rows([(changed[0][0], "", False, (Effect.SIGNAL,), None)])
+        effects.after_commit_rows([(changed[0][0], "", False, (Effect.SIGNAL,))])
     return len(changed)
 
 

@@ -27,21 +27,21 @@ logger = logging.getLogger(__name__)
 # Callbacks ------------------------------------------------------------------------------
 
 
+# The callbacks' sender (manage.py callbacks_run) sends each decision's row as it falls
+# due; nothing enqueues these two any more. They stay registered for one release, so the
+# messages an earlier release's web and clock enqueued before a deploy are consumed (their
+# rows would be sent anyway: a message finding its row sent is skipped).
+
+
 @shared_task
 def callback_send_task(outbox_id: int) -> str:
-    """Send one outbox row (enqueued on commit by the transition that wrote it).
-
-    A row that must wait (backoff, no SendTask capacity) is not rescheduled here: it keeps
-    its next_attempt_at, and outbox_drain_task sends it when it is due.
-    """
+    """Send one outbox row (a message of an earlier release: see above)."""
     return callback_send(outbox_id=outbox_id)
 
 
 @shared_task
 def callbacks_send_task(outbox_ids: list[int]) -> int:
-    """Send a batch's outbox rows (enqueued on commit by a batch of transitions, the
-    sweeper's aborts): one message for them all. What must wait is left to the drain, as
-    callback_send_task leaves it."""
+    """Send a batch's outbox rows (a message of an earlier release: see above)."""
     return callbacks_send(outbox_ids=outbox_ids)
 
 
@@ -54,7 +54,9 @@ DRAIN_BATCH = 100
 
 @shared_task
 def outbox_drain_task(helper: bool = False) -> int:
-    """Send the due rows nobody sent: retries and lost enqueues (Celery beat, every 5 s).
+    """Send the due rows nobody sent (Celery beat, every 5 s): the backstop while no
+    callbacks' sender runs, taking a row never tried only INBOX_OUTBOX_DRAIN_GRACE_SECONDS
+    after it fell due.
 
     On a backlog it asks for INBOX_OUTBOX_DRAINS - 1 helpers: this task again, run by the
     worker's other processes with helper=True, which ask for none.

@@ -6,7 +6,6 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from inbox import effects
 from inbox.models import Outbox, OutboxStatus
 from processes import aws
 
@@ -29,9 +28,8 @@ def outbox_requeue(*, outbox_id: int) -> bool:
             status=OutboxStatus.PENDING, attempts=0, next_attempt_at=timezone.now()
         )
         if requeued:
+            # Due at once: the callbacks' sender sends it within its longest sleep.
             logger.info("Callback %s requeued", outbox_id)
-            # With the broker down the row is pending and the outbox drain sends it.
-            effects.callback_after_commit(outbox_id=outbox_id)
     return bool(requeued)
 
 

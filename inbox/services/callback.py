@@ -1,11 +1,12 @@
 """Send the outbox's callbacks to Step Functions: each decision at most once.
 
-A transition that decides a task's outcome writes an Outbox row in its own transaction
-and, after commit, enqueues ``callback_send`` for it (a worker's complete or reject: due,
-and enqueued, once its undo window of INBOX_UNDO_SECONDS closed; an undo within it
-withdraws the row, see inbox.lifecycle's "undo" row); ``outbox_drain`` (Celery beat)
-sends whatever is due and was not sent, which heals a lost enqueue (a crash between the
-commit and the Celery message) and runs the retries.
+A transition that decides a task's outcome writes an Outbox row in its own transaction,
+due at once or, for a worker's complete or reject, once its undo window of
+INBOX_UNDO_SECONDS closed (an undo within it withdraws the row, see inbox.lifecycle's
+"undo" row). The row is the message: ``outbox_relay``, the callbacks' sender (manage.py
+callbacks_run), sleeps until the next row falls due, then claims and sends the due rows
+in batches, retries included; ``outbox_drain`` from Celery beat is the backstop while no
+sender runs.
 
 ``callback_send`` claims the row with a conditional update that pushes its next attempt
 a lease into the future, so two senders never send one row at once; a sender that dies
@@ -48,7 +49,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import F, Q
+from django.db.models import F, Min, Q
 from django.utils import timezone
 
 from config.compiled import CompiledRead, Many
@@ -91,7 +92,7 @@ DEFAULTS: dict[str, Any] = {
     # bucket to absorb (check the region's bucket size when raising the rate).
     "INBOX_SENDTASK_RATE": 250,
     "INBOX_SENDTASK_MAX_WAIT_SECONDS": 1.0,
-    # A fresh row belongs to its on_commit task for this long before the drain takes it.
+    # A fresh row belongs to the callbacks' sender for this long before beat's drain takes it.
     "INBOX_OUTBOX_DRAIN_GRACE_SECONDS": 10,
     "INBOX_CALLBACK_HISTORY_MAX_EVENTS": 1000,
     # Threads of one drain sending its claimed rows at once (one shared boto3 client).
@@ -429,16 +430,17 @@ def _expired(row: Outbox, *, reason: str) -> str:
 # The outbox as a whole ----------------------------------------------------------------
 
 
-def outbox_drain(*, batch: int = 100, budget_seconds: float = 0.0, helpers: int = 0) -> int:
-    """Send due pending rows (retries, lost enqueues) in batches; return how many were handled.
+def outbox_drain(*, batch: int = 100, budget_seconds: float = 0.0, helpers: int = 0,
+                 grace_seconds: float | None = None) -> int:
+    """Send due pending rows in batches; return how many were handled.
 
     One batch claims up to batch rows (and no more than one window of the SendTask rate);
     after a full batch another follows while budget_seconds (from the start) last and
     the rate limit granted every permit, its calls on their way while the batch before
-    is recorded. A row never tried belongs to its on_commit task until
-    INBOX_OUTBOX_DRAIN_GRACE_SECONDS after it was due (a decision is due once its undo
-    window closed, and its task is enqueued for then); the drain takes it only once that
-    task had time to run. Call it outside any transaction: it calls Step Functions.
+    is recorded. A row never tried is taken only grace_seconds after it was due (default
+    INBOX_OUTBOX_DRAIN_GRACE_SECONDS: beat's drain, the backstop, leaves a fresh row to
+    the sender, outbox_relay, which passes 0). Call it outside any transaction: it calls
+    Step Functions.
 
     helpers: when the first batch comes full (a backlog), ask for this many more drains
     (inbox.effects.drain_helpers_request) to run beside this one in other processes for
@@ -452,7 +454,7 @@ def outbox_drain(*, batch: int = 100, budget_seconds: float = 0.0, helpers: int 
         previous: _Sending | None = None
         while True:
             limit = min(batch, int(_setting("INBOX_SENDTASK_RATE")))
-            rows = _claim_due(limit=limit) if limit > 0 else []
+            rows = _claim_due(limit=limit, grace_seconds=grace_seconds) if limit > 0 else []
             if helpers > 0 and previous is None and len(rows) == limit > 0:
                 effects.drain_helpers_request(count=helpers,
                                               expires=max(1.0, deadline - time.monotonic()))
@@ -466,6 +468,43 @@ def outbox_drain(*, batch: int = 100, budget_seconds: float = 0.0, helpers: int 
                 break
         # Leaving the pool waits for the last batch's calls (recorded below) to return.
     return handled + _recorded(previous)
+
+
+# Rows one round of the sender claims at once, and how long it goes on with batch after
+# batch before it reads the next due time again.
+RELAY_BATCH = 100
+RELAY_BUDGET_SECONDS = 1.0
+
+
+def outbox_relay(*, most: float) -> float:
+    """Send the pending rows that are due; return how many seconds to sleep before the next
+    round: until the next row falls due, at most most (a row written meanwhile and due at
+    once, a requeue or an abort's, waits no longer than that).
+
+    The one step of the sender process (manage.py callbacks_run): each decision's row is
+    sent as its undo window closes, from the row itself, not from a Celery message per
+    decision. Beat's outbox_drain is the backstop while no sender runs. Several senders
+    may run at once: their claims are disjoint, the rate limit is shared. Call it outside
+    any transaction: it calls Step Functions.
+    """
+    due = _next_due()
+    now = timezone.now()
+    if due is not None and due <= now:
+        if outbox_drain(batch=RELAY_BATCH, budget_seconds=RELAY_BUDGET_SECONDS,
+                        grace_seconds=0):
+            return 0.0  # more may have fallen due meanwhile: look again at once
+        # Nothing claimed: another sender holds them, or the rate limit held them back
+        # (their next attempt moved on): the next round reads when.
+        return most
+    if due is None:
+        return most
+    return min(most, (due - now).total_seconds())
+
+
+def _next_due() -> datetime.datetime | None:
+    """When the earliest pending row falls due (an index-only read of outbox_due)."""
+    return Outbox.objects.filter(status=OutboxStatus.PENDING).aggregate(
+        due=Min("next_attempt_at"))["due"]
 
 
 def callbacks_send(*, outbox_ids: list[int]) -> int:
@@ -508,11 +547,14 @@ def _claim_ids(outbox_ids: list[int]) -> dict[int, int]:
         return dict(cursor.fetchall())
 
 
-def _claim_due(*, limit: int) -> list[Outbox]:
-    """Claim up to limit due pending rows for one attempt each (one UPDATE); return them."""
+def _claim_due(*, limit: int, grace_seconds: float | None = None) -> list[Outbox]:
+    """Claim up to limit due pending rows for one attempt each (one UPDATE); return them.
+    A row never tried is claimed grace_seconds after it was due (outbox_drain)."""
     now = timezone.now()
     lease = datetime.timedelta(seconds=_setting("INBOX_CALLBACK_LEASE_SECONDS"))
-    grace = datetime.timedelta(seconds=_setting("INBOX_OUTBOX_DRAIN_GRACE_SECONDS"))
+    if grace_seconds is None:
+        grace_seconds = _setting("INBOX_OUTBOX_DRAIN_GRACE_SECONDS")
+    grace = datetime.timedelta(seconds=grace_seconds)
     ops, table = connection.ops, connection.ops.quote_name(Outbox._meta.db_table)
     # SKIP LOCKED: two drains at once claim disjoint rows, neither waiting on the other.
     # Without it (SQLite), the one statement runs under the database's single write lock.

@@ -163,3 +163,28 @@ def test_dev_run_says_where_passwords_and_e_mails_are():
     assert "demo_setup --reset-passwords" in text
     assert "E-mails are written to" in text and "./dev run -v" in text
     assert "E-mails" not in dev.demo_text("Demo users ...\n", verbose=True)
+
+
+def test_dev_run_starts_the_callbacks_sender_and_it_starts_and_stops_as_told():
+    """The sender is one of ./dev run's processes; the line ./dev run waits for is the one
+    the command prints, and SIGTERM stops it between rounds (a real process)."""
+    import signal
+
+    sender = _child("sender", verbose=False)
+    assert sender.args[-2:] == ["manage.py", "callbacks_run"]
+    names = [child.name for child in dev.children(port="8000", verbose=False)]
+    assert names.index("sender") < names.index("web")
+    process = subprocess.Popen(sender.args, cwd=ROOT, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True,
+                               env={**os.environ, "DJANGO_SETTINGS_MODULE": "config.settings"})
+    try:
+        seen = [process.stdout.readline() for _ in range(1)]
+        while sender.ready not in seen[-1] and seen[-1] and len(seen) < 50:
+            seen.append(process.stdout.readline())  # a log line before it, if any
+        assert sender.ready in seen[-1], seen
+        process.send_signal(signal.SIGTERM)
+        out, _ = process.communicate(timeout=30)
+    finally:
+        process.kill()
+    assert process.returncode == 0, out
+    assert out.splitlines()[-1] == "Callbacks sender stopped.", out

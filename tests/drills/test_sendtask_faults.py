@@ -60,8 +60,8 @@ def test_every_callback_lands_once_through_half_failing_sendtask_calls(
             permits.append(permit)
         return permit
 
-    def claim(*, limit):
-        rows = real_claim(limit=limit)
+    def claim(*, limit, grace_seconds=None):
+        rows = real_claim(limit=limit, grace_seconds=grace_seconds)
         with lock:
             for row in rows:
                 claims[row.pk].append(timezone.now())

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError, ReadTimeoutError
 from django.conf import settings
+from django.core.management import call_command
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
@@ -41,6 +42,7 @@ from inbox.services.callback import (
     callback_problem,
     callback_send,
     outbox_drain,
+    outbox_relay,
 )
 from inbox.services.intake import intake_message
 from processes import aws
@@ -269,15 +271,12 @@ def test_sending_the_same_row_twice_calls_step_functions_once(invoice_machine, r
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
 def test_of_eight_racing_senders_exactly_one_calls_step_functions(
-    invoice_machine, reviewer, spy, monkeypatch
+    invoice_machine, reviewer, spy
 ):
     """Eight threads send one row at once; the spy counts calls to the boto3 client.
 
-    The on-commit enqueue is dropped (patched) so that the threads are the only senders.
+    No sender process runs: the threads are the only senders.
     """
-    from inbox.tasks import callback_send_task
-
-    monkeypatch.setattr(callback_send_task, "delay", lambda *args, **kwargs: None)
     review = _review(invoice_machine)
     outbox = _complete(review, reviewer)
 
@@ -291,16 +290,23 @@ def test_of_eight_racing_senders_exactly_one_calls_step_functions(
 
 
 @pytest.mark.emulator
-def test_completing_sends_after_commit_through_celery(
-    invoice_machine, reviewer, eager_celery, django_capture_on_commit_callbacks
+def test_a_completion_is_sent_by_one_round_of_the_sender_command(
+    invoice_machine, reviewer, spy, eager_celery, django_capture_on_commit_callbacks, capsys
 ):
-    """Celery runs eagerly here, so the on-commit enqueue sends at once."""
+    """Celery runs eagerly here: had the commit enqueued a send, it would have run at once.
+    It enqueues none; one round of manage.py callbacks_run sends the row."""
     review = _review(invoice_machine)
 
-    with django_capture_on_commit_callbacks(execute=True) as callbacks:
+    with django_capture_on_commit_callbacks(execute=True):
         outbox = _complete(review, reviewer)
+    assert spy.calls == []
+    outbox.refresh_from_db()
+    assert outbox.status == OutboxStatus.PENDING
 
-    assert len(callbacks) == 1
+    call_command("callbacks_run", "--once")
+
+    assert capsys.readouterr().out == "callbacks: one round done, next in 0.000 s\n"
+    assert spy.calls == ["send_task_success"]
     assert execution_wait(execution_arn=review.execution)["status"] == "SUCCEEDED"
     outbox.refresh_from_db()
     assert outbox.status == OutboxStatus.SENT
@@ -359,7 +365,10 @@ def test_retries_are_bounded_then_the_row_is_dead_and_can_be_requeued(
 
     assert outbox_requeue(outbox_id=outbox.pk) is True
     assert outbox_requeue(outbox_id=outbox.pk) is False
-    assert callback_send(outbox_id=outbox.pk) == SendResult.SENT
+    # Due at once: the sender's next round sends it (no message, no drain grace).
+    assert outbox_relay(most=60) == 0.0
+    outbox.refresh_from_db()
+    assert (outbox.status, outbox.attempts) == (OutboxStatus.SENT, 1)
     assert Task.objects.get(pk=review.task.pk).state == TaskState.COMPLETED
 
 

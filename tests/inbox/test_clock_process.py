@@ -8,6 +8,7 @@ from django.core.management import call_command
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from inbox import loops
 from inbox.management.commands import clock_run
 from inbox.models import Task, TaskState
 from inbox.services import clock as clock_service
@@ -89,7 +90,7 @@ def test_one_round_of_each_clock_from_the_command(emulator, clock, make_task, ca
 
 
 def test_a_failing_round_is_logged_and_the_clock_goes_on(transactional_db, caplog, monkeypatch):
-    monkeypatch.setattr(clock_run, "ERROR_PAUSE_SECONDS", 0.01)
+    monkeypatch.setattr(loops, "ERROR_PAUSE_SECONDS", 0.01)
     stop = threading.Event()
     rounds: list[int] = []
 
@@ -100,7 +101,7 @@ def test_a_failing_round_is_logged_and_the_clock_goes_on(transactional_db, caplo
         stop.set()
         return 0.0
 
-    clock_run._loop("deadlines", step, stop)
+    loops.loop_run("deadlines", step, stop)
 
     assert len(rounds) == 2
     assert "The deadlines clock failed" in caplog.text

@@ -22,7 +22,7 @@ from inbox import effects
 from inbox.effects import TASK_NAMES
 from inbox.history import events_verify
 from inbox.lifecycle import TRANSITIONS, transition
-from inbox.models import HELD_STATES, Outbox, Task, TaskEvent, TaskState
+from inbox.models import HELD_STATES, Outbox, OutboxStatus, Task, TaskEvent, TaskState
 from inbox.tokens import token_digest, token_encrypt
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -130,7 +130,11 @@ def test_every_row_starts_only_from_its_states_and_has_exactly_its_effects(
         action, state, fresh.state, fresh.version)
     assert events_verify(task=fresh) is None
     assert Outbox.objects.filter(task=task).count() == outbox_before + (1 if row.callback else 0)
-    assert [name for name, _ in enqueued] == [TASK_NAMES[e] for e in row.all_effects]
+    # A callback has no message: its pending outbox row is what the sender sends.
+    assert [name for name, _ in enqueued] == [TASK_NAMES[e] for e in row.all_effects
+                                              if e != effects.Effect.CALLBACK]
+    if row.callback:
+        assert Outbox.objects.filter(task=task, status=OutboxStatus.PENDING).count() == 1
 
 
 def test_receive_is_the_first_row_and_offers_a_push_task_after_commit(
@@ -373,7 +377,7 @@ def test_a_batch_enqueues_over_one_connection_and_one_failed_enqueue_stops_no_ot
     monkeypatch.setattr(effects, "enqueue", enqueue)
     with django_capture_on_commit_callbacks(execute=True) as hooks:
         effects.after_commit_many(
-            (task, (effects.Effect.NOTIFY_ESCALATED,), None, 0) for task in tasks)
+            (task, (effects.Effect.NOTIFY_ESCALATED,)) for task in tasks)
     assert len(hooks) == 1
     assert [(name, arguments) for name, arguments, _ in seen] == [
         ("inbox.tasks.notify_task", ("escalated", str(task.pk))) for task in tasks]
@@ -384,25 +388,27 @@ def test_a_batch_enqueues_over_one_connection_and_one_failed_enqueue_stops_no_ot
     assert effects._producer.get() is None
 
 
-def test_batched_groups_a_batchs_callbacks_and_offers_and_sends_one_relay():
-    """One message per BATCH_MAX of the same task and countdown; one alone stays as it is;
-    argument-less messages (the signal relay) once; the others untouched, in order."""
-    callback, dispatch = effects.TASK_NAMES[effects.Effect.CALLBACK], effects.TASK_NAMES[
-        effects.Effect.DISPATCH]
+def test_batched_groups_a_batchs_offers_and_sends_one_relay():
+    """One message per BATCH_MAX of the same task; one alone stays as it is; argument-less
+    messages (the signal relay) once; the others untouched, in order."""
+    dispatch = effects.TASK_NAMES[effects.Effect.DISPATCH]
     relay, notify = effects.TASK_NAMES[effects.Effect.SIGNAL], "inbox.tasks.notify_task"
     count = effects.BATCH_MAX + 5
-    messages = [(callback, (n,), 0) for n in range(count)]
-    messages += [(dispatch, ("only",), 0), (relay, (), 0), (notify, ("escalated", "a"), 0),
-                 (relay, (), 0), (callback, (900,), 5.25), (notify, ("escalated", "b"), 0)]
+    messages = [(dispatch, (f"t{n}",)) for n in range(count)]
+    messages += [(relay, ()), (notify, ("escalated", "a")), (relay, ()),
+                 (notify, ("escalated", "b"))]
 
     out = effects.batched(messages)
 
+    ids = [f"t{n}" for n in range(count)]
     assert out == [
-        (relay, (), 0), (notify, ("escalated", "a"), 0), (notify, ("escalated", "b"), 0),
-        ("inbox.tasks.callbacks_send_task", (list(range(effects.BATCH_MAX)),), 0),
-        ("inbox.tasks.callbacks_send_task", (list(range(effects.BATCH_MAX, count)),), 0),
-        (dispatch, ("only",), 0), (callback, (900,), 5.25)]
+        (relay, ()), (notify, ("escalated", "a")), (notify, ("escalated", "b")),
+        ("inbox.tasks.dispatch_many_task", (ids[:effects.BATCH_MAX],)),
+        ("inbox.tasks.dispatch_many_task", (ids[effects.BATCH_MAX:],))]
+    assert effects.batched([(dispatch, ("only",))]) == [(dispatch, ("only",))]
     assert set(effects.BATCH_NAMES.values()) <= set(app.tasks)
+    # A callback is never a message: the sender sends its outbox row.
+    assert effects.Effect.CALLBACK not in effects.TASK_NAMES
 
 
 def test_offering_a_batch_tries_every_task_and_then_says_what_failed(

@@ -21,7 +21,7 @@ from inbox.lifecycle import TooLateToUndo
 from inbox.models import Outbox, OutboxStatus, Task, TaskState
 from inbox.selectors import decision_undoable
 from inbox.services import worker
-from inbox.services.callback import SendResult, callback_send, outbox_drain
+from inbox.services.callback import SendResult, callback_send, outbox_drain, outbox_relay
 from processes import aws
 from tests.concurrency import race
 from tests.inbox.test_callbacks import SendTaskSpy, _review, _task_outcomes
@@ -186,8 +186,8 @@ def test_an_undo_while_the_send_is_in_flight_is_refused(
 def test_the_drain_leaves_a_decision_alone_until_its_window_and_grace_are_over(
     invoice_machine, reviewer, spy, undo_window, clock, settings
 ):
-    """The test's transaction never commits, so the on-commit send never runs (a lost
-    enqueue): the drain sends the row, but never inside its window."""
+    """Beat's drain, the backstop while no sender runs: it sends the row, but never inside
+    its window, and a fresh row only after its grace."""
     settings.INBOX_OUTBOX_DRAIN_GRACE_SECONDS = 10
     task = _held(invoice_machine, reviewer)
     worker.task_complete(worker=reviewer, task_id=task.pk, answer=APPROVE)
@@ -200,23 +200,48 @@ def test_the_drain_leaves_a_decision_alone_until_its_window_and_grace_are_over(
     assert Task.objects.get(pk=task.pk).state == TaskState.COMPLETED
 
 
-def test_the_callback_is_enqueued_for_the_end_of_the_window(
-    make_task, make_worker, undo_window, monkeypatch, django_capture_on_commit_callbacks
+def test_a_decision_enqueues_nothing_its_row_falls_due_at_the_end_of_the_window(
+    make_task, make_worker, undo_window, clock, monkeypatch, django_capture_on_commit_callbacks
 ):
-    """inbox.effects' enqueue functions are patched to record what would be enqueued."""
+    """inbox.effects' enqueue is patched to record what would be enqueued: nothing, the
+    callbacks' sender reads the row itself."""
     enqueued: list[tuple] = []
-    monkeypatch.setattr(effects, "enqueue_later",
-                        lambda name, *arguments, countdown: enqueued.append((name, countdown)))
-    monkeypatch.setattr(effects, "enqueue", lambda name, *arguments: enqueued.append((name, 0)))
+    monkeypatch.setattr(effects, "enqueue", lambda name, *arguments: enqueued.append(name))
     ana = make_worker({"invoice-review": 3})
     task = make_task()
     worker.task_claim(worker=ana, task_id=task.pk)
 
-    with django_capture_on_commit_callbacks(execute=True):
+    with django_capture_on_commit_callbacks(execute=True) as hooks:
         worker.task_complete(worker=ana, task_id=task.pk, answer=APPROVE)
 
-    assert enqueued == [(effects.TASK_NAMES[effects.Effect.CALLBACK],
-                         WINDOW + effects.CALLBACK_MARGIN_SECONDS)]
+    assert enqueued == []
+    assert hooks == []
+    outbox = Outbox.objects.get(task=task)
+    assert (outbox.status, outbox.next_attempt_at) == (
+        OutboxStatus.PENDING, clock.now + datetime.timedelta(seconds=WINDOW))
+
+
+def test_the_sender_sleeps_out_the_window_then_sends_the_decision_at_once(
+    invoice_machine, reviewer, spy, undo_window, clock, settings
+):
+    """outbox_relay, the sender's one step: no call inside the window, a sleep that ends
+    as it closes (or sooner, at most most), then the send, without beat's drain grace."""
+    settings.INBOX_OUTBOX_DRAIN_GRACE_SECONDS = 10
+    task = _held(invoice_machine, reviewer)
+    worker.task_complete(worker=reviewer, task_id=task.pk, answer=APPROVE)
+
+    assert outbox_relay(most=60) == WINDOW
+    assert outbox_relay(most=0.25) == 0.25  # a row due sooner, written elsewhere, is seen
+    clock.advance(seconds=WINDOW - 1)
+    assert outbox_relay(most=60) == 1.0
+    assert spy.calls == []
+    clock.advance(seconds=1)
+    assert outbox_relay(most=60) == 0.0  # sent: more may be due, look again at once
+    assert spy.calls == ["send_task_success"]
+    assert outbox_relay(most=60) == 60  # nothing pending
+    assert spy.calls == ["send_task_success"]
+    assert Task.objects.get(pk=task.pk).state == TaskState.COMPLETED
+    assert execution_wait(execution_arn=task.execution_arn)["status"] == "SUCCEEDED"
 
 
 # Refusals ----------------------------------------------------------------------------------
@@ -267,15 +292,14 @@ def test_without_a_window_the_decision_is_due_at_once_and_undo_is_off(
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
 def test_an_undo_racing_the_sender_at_the_end_of_the_window_wins_or_loses_whole(
-    invoice_machine, reviewer, spy, settings, monkeypatch
+    invoice_machine, reviewer, spy, settings
 ):
     """Real time and real threads: the undo and the sender race as the window closes.
 
     Either the decision is withdrawn and never sent, or it is sent once and the undo is
-    refused; never both, never neither. The on-commit enqueue is dropped (patched) so the
-    racing thread is the only sender.
+    refused; never both, never neither. No sender process runs: the racing thread is the
+    only sender.
     """
-    monkeypatch.setattr(effects, "enqueue_later", lambda *args, **kwargs: None)
     settings.INBOX_UNDO_SECONDS = 1
     task = _held(invoice_machine, reviewer)
     worker.task_complete(worker=reviewer, task_id=task.pk, answer=APPROVE)
@@ -311,14 +335,13 @@ def test_an_undo_racing_the_sender_at_the_end_of_the_window_wins_or_loses_whole(
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
 def test_an_undo_racing_the_drain_at_the_end_of_the_window_wins_or_loses_whole(
-    invoice_machine, reviewer, spy, settings, monkeypatch
+    invoice_machine, reviewer, spy, settings
 ):
     """As the race above, with the outbox drain's batch claim as the sender.
 
-    The on-commit enqueue is dropped (patched), and the drain's grace is 0, so the drain
-    takes the row as soon as its window closes.
+    The drain's grace is 0, so the drain takes the row as soon as its window closes, as
+    the callbacks' sender does (outbox_relay).
     """
-    monkeypatch.setattr(effects, "enqueue_later", lambda *args, **kwargs: None)
     settings.INBOX_UNDO_SECONDS = 1
     settings.INBOX_OUTBOX_DRAIN_GRACE_SECONDS = 0
     task = _held(invoice_machine, reviewer)

@@ -4,22 +4,19 @@ import logging
 import os
 import signal
 import threading
-import time
 from collections.abc import Callable
 from typing import Any
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandParser
-from django.db import close_old_connections, connection
 
 from config.errors import ExternalServiceError
+from inbox.loops import every, loop_run
 from inbox.services.clock import deadlines_wait, executions_check, heartbeats_send
 from inbox.services.upstream import status_poll
 
 logger = logging.getLogger("inbox.clock")
 
-# After an unexpected error a loop waits this long before it tries again.
-ERROR_PAUSE_SECONDS = 1.0
 # Without its status queue (not bootstrapped yet), the upstream loop asks again this late.
 NO_QUEUE_PAUSE_SECONDS = 30.0
 
@@ -44,11 +41,11 @@ class Command(BaseCommand):
         loops: dict[str, Callable[[], float]] = {
             # Sleeps until the next deadline, at most INBOX_CLOCK_MAX_WAIT_SECONDS.
             "deadlines": lambda: deadlines_wait(most=settings.INBOX_CLOCK_MAX_WAIT_SECONDS),
-            "heartbeats": _every(settings.INBOX_HEARTBEATS_EVERY_SECONDS, heartbeats_send),
+            "heartbeats": every(settings.INBOX_HEARTBEATS_EVERY_SECONDS, heartbeats_send),
             # Long-polls the status queue without pause: an ended execution is heard of
             # within a second of AWS's event.
             "upstream": _upstream,
-            "executions": _every(settings.INBOX_EXECUTIONS_CHECK_EVERY_SECONDS, lambda:
+            "executions": every(settings.INBOX_EXECUTIONS_CHECK_EVERY_SECONDS, lambda:
                                  executions_check(batch=settings.INBOX_EXECUTIONS_CHECK_RATE
                                                   * settings.INBOX_EXECUTIONS_CHECK_EVERY_SECONDS)),
         }
@@ -60,8 +57,8 @@ class Command(BaseCommand):
             return
         for signum in (signal.SIGINT, signal.SIGTERM):
             signal.signal(signum, lambda *_: stop.set())
-        threads = [threading.Thread(target=_loop, args=(name, step, stop), name=f"clock-{name}")
-                   for name, step in loops.items()]
+        threads = [threading.Thread(target=loop_run, args=(name, step, stop),
+                                    name=f"clock-{name}") for name, step in loops.items()]
         for thread in threads:
             thread.start()
         self.stdout.write(f"Clock running: {', '.join(loops)}", ending="\n")
@@ -100,33 +97,3 @@ def _upstream(*, wait_seconds: int = 20) -> float:
                        "executions", settings.INBOX_STATUS_QUEUE, exc.message)
         return NO_QUEUE_PAUSE_SECONDS
     return 0.0
-
-
-def _every(seconds: float, work: Callable[[], Any]) -> Callable[[], float]:
-    """Return a step that does work, then waits what is left of seconds."""
-
-    def step() -> float:
-        started = time.monotonic()
-        work()
-        return max(0.0, seconds - (time.monotonic() - started))
-
-    return step
-
-
-def _loop(name: str, step: Callable[[], float], stop: threading.Event) -> None:
-    """Run step until stop is set, sleeping as long as it says; an error is logged, not fatal."""
-    try:
-        while not stop.is_set():
-            close_old_connections()
-            try:
-                wait = step()
-            except Exception:
-                # Loud, and the clock goes on: a database restart or a bug in one task must
-                # not stop every deadline. The connection may be broken: start a fresh one.
-                logger.exception("The %s clock failed; trying again in %.0f s", name,
-                                 ERROR_PAUSE_SECONDS)
-                connection.close()
-                wait = ERROR_PAUSE_SECONDS
-            stop.wait(wait)
-    finally:
-        connection.close()
