@@ -19,8 +19,8 @@ completes it (``services.task_complete``, which writes the outbox row). Four pha
    ``inbox.services.callback.outbox_drain`` (what the Celery beat task runs), in a loop, in this
    process: callbacks/s of one drain (its batch sent by INBOX_CALLBACK_SENDERS threads)
    at the production SendTask rate. The drain's grace for fresh rows is set to 0 here
-   (it leaves rows to their on-commit Celery task, and no worker runs in this phase); the
-   latency (outbox created_at to sent_at) then includes the wait in the backlog.
+   (it leaves fresh rows to the sender, and no sender runs in this phase); the latency
+   (outbox created_at to sent_at) then includes the wait in the backlog.
 2. instant endpoint: N tasks (inserted queued in bulk, then taken and completed through
    the services) are drained against bench/_instant_sfn.py, a local endpoint (a child
    process) that answers every SendTask* call at once with ``{}``: AWS_ENDPOINT_URL points
@@ -34,9 +34,10 @@ completes it (``services.task_complete``, which writes the outbox row). Four pha
    boto3 SendTaskSuccess loop (a client of its own, no database, no rate limit) with as
    many threads as the drain has senders. Run in halves, drain-plain-plain-drain, so a
    drift of the emulator over the run weighs on both alike; the ratio is drain/plain.
-4. live: L tasks are completed at a steady pace while a real Celery worker (a subprocess,
-   prefork, 2 processes) runs ``callback_send_task`` as enqueued on commit: the latency of
-   the production path at that load.
+4. live: L tasks are completed at a steady pace while the callbacks' sender runs (``manage.py
+   callbacks_run``, a subprocess: production's path since 2026-12-04; until then a real
+   Celery worker ran ``callback_send_task`` as enqueued on commit): the latency of the
+   production path at that load.
 
 In phases 2 and 3 the rate limit is still asked for every send (through Redis) but set
 to --capacity-rate, far above the SendTask quota, so that it does not bind: they measure
@@ -94,7 +95,7 @@ def main() -> None:
         args.executions, args.live, args.instant, args.compare = 50, 20, 500, 100
 
     # The undo window off: a decision is due once committed, so the figures measure the
-    # sending, not INBOX_UNDO_SECONDS of waiting (the live worker reads it too).
+    # sending, not INBOX_UNDO_SECONDS of waiting (the live sender reads it too).
     os.environ["INBOX_UNDO_SECONDS"] = "0"
     common.environment(broker="redis")
     with (common.var_dir_kept_on_failure(),
@@ -156,14 +157,12 @@ def run(args: argparse.Namespace, *, children: common.Children) -> None:
 
     arns = common.executions_start(count=live, prefix="live")
     common.tasks_wait(count=done + live, timeout=60 + live * 0.2, poll=True)
-    children.start("celery worker", [
-        common.PYTHON, "-m", "celery", "-A", "config", "worker", "--pool", "prefork",
-        "--concurrency", "2", "--loglevel", "INFO", "--without-gossip", "--without-mingle",
-    ], ready=" ready.")
+    children.start("sender", [common.PYTHON, "manage.py", "callbacks_run"],
+                   ready="Callbacks sender running")
     started = time.monotonic()
     _complete(worker_id=worker_id, count=live, rate=live_rate)
     _sent_wait(total=backlog + args.instant + args.compare + live, children=children)
-    rows.append(_row(f"live at {live_rate:g}/s, Celery worker", live,
+    rows.append(_row(f"live at {live_rate:g}/s, the sender", live,
                      time.monotonic() - started, since=backlog + args.instant + args.compare))
     common.executions_check(arns)
 
