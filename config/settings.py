@@ -307,7 +307,9 @@ INBOX_CALLBACK_SENDERS = env_int("INBOX_CALLBACK_SENDERS", 8, minimum=1, maximum
 INBOX_UNDO_SECONDS = env_int("INBOX_UNDO_SECONDS", 5, minimum=0, maximum=60)
 # The callbacks' sender (manage.py callbacks_run): the longest it sleeps between rounds when
 # no pending row falls due sooner (in milliseconds: a row due at once, a requeue or an
-# abort's, is sent within it; a decision's is sent as its undo window closes).
+# abort's, is sent within it; a decision's is sent as its undo window closes). On
+# PostgreSQL the sender is woken by NOTIFY when a row is written (inbox.wakeup) and this
+# applies only while its listening connection is down.
 INBOX_CALLBACKS_MAX_WAIT_SECONDS = env_int("INBOX_CALLBACKS_MAX_WAIT_MS", 250, minimum=10,
                                            maximum=60_000) / 1000
 

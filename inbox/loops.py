@@ -29,10 +29,14 @@ def every(seconds: float, work: Callable[[], Any]) -> Callable[[], float]:
     return step
 
 
-def loop_run(name: str, step: Callable[[], float], stop: Any, *, what: str = "clock") -> None:
+def loop_run(name: str, step: Callable[[], float], stop: Any, *, what: str = "clock",
+             sleep: Callable[[float], Any] | None = None) -> None:
     """Run step until stop (a threading.Event) is set, sleeping as long as it says; an error
     is logged, not fatal. what names the loop's kind in the log ("The deadlines clock
-    failed")."""
+    failed"). sleep, if given, sleeps instead of stop.wait between steps and may return
+    early (the sender's wake-up); the pause after an error is always stop.wait's, so an
+    error met again and again is not retried faster than that."""
+    sleep = sleep or stop.wait
     try:
         while not stop.is_set():
             close_old_connections()
@@ -45,7 +49,8 @@ def loop_run(name: str, step: Callable[[], float], stop: Any, *, what: str = "cl
                 logger.exception("The %s %s failed; trying again in %.0f s", name, what,
                                  ERROR_PAUSE_SECONDS)
                 connection.close()
-                wait = ERROR_PAUSE_SECONDS
-            stop.wait(wait)
+                stop.wait(ERROR_PAUSE_SECONDS)
+                continue
+            sleep(wait)
     finally:
         connection.close()

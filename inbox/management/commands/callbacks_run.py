@@ -9,12 +9,14 @@ from django.core.management.base import BaseCommand, CommandParser
 
 from inbox.loops import loop_run
 from inbox.services.callback import outbox_relay
+from inbox.wakeup import Wakeup
 
 
 class Command(BaseCommand):
     help = (
         "Send the outbox's callbacks until stopped: sleep until the next pending row falls "
-        "due (at most INBOX_CALLBACKS_MAX_WAIT_MS), then claim and send every due row in "
+        "due or PostgreSQL tells of a new one (NOTIFY inbox_outbox; on SQLite at most "
+        "INBOX_CALLBACKS_MAX_WAIT_MS), then claim and send every due row in "
         "batches, the calls at once within the shared SendTask rate. A process of its own, "
         "so no Celery message is sent per decision and no other work holds an answer up. "
         "Several may run at once (each row is claimed once)."
@@ -30,10 +32,19 @@ class Command(BaseCommand):
             wait = outbox_relay(most=most)
             self.stdout.write(f"callbacks: one round done, next in {wait:.3f} s")
             return
-        stop = threading.Event()
+        stop, wakeup = threading.Event(), Wakeup()
+
+        def stopping(*_: Any) -> None:
+            stop.set()
+            wakeup.interrupt()  # a sleep of up to LISTEN_MOST_SECONDS ends now
+
         for signum in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(signum, lambda *_: stop.set())
+            signal.signal(signum, stopping)
         self.stdout.write("Callbacks sender running", ending="\n")
         self.stdout.flush()
-        loop_run("callbacks", lambda: outbox_relay(most=most), stop, what="sender")
+        try:
+            loop_run("callbacks", lambda: outbox_relay(most=wakeup.most(most)), stop,
+                     what="sender", sleep=wakeup.wait)
+        finally:
+            wakeup.close()
         self.stdout.write("Callbacks sender stopped.")
