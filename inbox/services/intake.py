@@ -30,6 +30,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from accounts.models import Skill
+from config.compiled import CompiledRead, Many
 from config.errors import ExternalServiceError
 from inbox.display import key_order
 from inbox.lifecycle import task_receive, tasks_receive
@@ -151,13 +152,20 @@ def _receive_count(message: dict) -> int:
         return 1
 
 
+# The skills one receive's envelopes name: every receive reads them, so the statement is
+# compiled once per count of skills (config.compiled), not by the ORM per receive.
+_SKILLS_READ = CompiledRead(lambda shape, *, slugs: Skill.objects.filter(slug__in=slugs),
+                            slugs=Many(Skill._meta.get_field("slug")))
+
+
 class _Lookups:
     """The skills and forms that the envelopes of one receive name, each read once."""
 
     def __init__(self, envelopes: list[Any]) -> None:
         slugs = {envelope["skill"] for envelope in envelopes if envelope["kind"] == HUMAN_TASK}
-        self.skills: dict[str, Skill] = (
-            Skill.objects.in_bulk(slugs, field_name="slug") if slugs else {})
+        self.skills: dict[str, Skill] = {
+            skill.slug: skill for skill in _SKILLS_READ.run("all", slugs=sorted(slugs))
+        } if slugs else {}
         self._forms: dict[tuple[str, int, str], bool] = {}
 
     def form_known(self, *, process: dict[str, Any], form: str) -> bool:

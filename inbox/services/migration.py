@@ -45,6 +45,7 @@ from django.utils import timezone
 from accounts.models import User
 from accounts.roles import Role
 from accounts.selectors import user_has_role
+from config.compiled import CompiledRead, Many
 from config.errors import Conflict, ExternalServiceError, Forbidden, InboxError
 from inbox import effects
 from inbox.lifecycle import IllegalTransition, transition
@@ -307,6 +308,16 @@ def _start(*, state_machine_arn: str, name: str, input: dict[str, Any],
 # The new execution's envelope --------------------------------------------------------------
 
 
+# What migrations one receive's envelopes may concern: every receive reads it, so the
+# statement is compiled once per count of executions and digests (config.compiled).
+_ARRIVALS_READ = CompiledRead(
+    lambda shape, *, arns, digests: TaskMigration.objects.filter(
+        Q(to_execution_arn__in=arns, status__in=_WAITING)
+        | Q(from_token_digest__in=digests, status__in=_MOVED)),
+    arns=Many(TaskMigration._meta.get_field("to_execution_arn")),
+    digests=Many(TaskMigration._meta.get_field("from_token_digest")))
+
+
 def envelopes_migrated(pending: list[tuple[int, dict[str, Any]]]) -> dict[int, str]:
     """Take the envelopes of pending (index, envelope) that migrations are waiting for, or
     that a migration made stale; return each one's intake outcome by index: "migrated"
@@ -318,10 +329,8 @@ def envelopes_migrated(pending: list[tuple[int, dict[str, Any]]]) -> dict[int, s
     if not pending:
         return {}
     digests = {index: token_digest(envelope["taskToken"]) for index, envelope in pending}
-    arns = {envelope["execution"] for _, envelope in pending}
-    found = list(TaskMigration.objects.filter(
-        Q(to_execution_arn__in=arns, status__in=_WAITING)
-        | Q(from_token_digest__in=digests.values(), status__in=_MOVED)))
+    found = _ARRIVALS_READ.run("all", arns=sorted({e["execution"] for _, e in pending}),
+                               digests=sorted(set(digests.values())))
     if not found:
         return {}
     stale = {m.from_token_digest for m in found if m.status in _MOVED}

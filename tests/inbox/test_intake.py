@@ -935,3 +935,32 @@ def test_escalate_without_an_escalation_clock_is_refused(db, review_skill):
     assert outcome == "invalid"
     assert IntakeError.objects.get().problems == [
         "timeouts.escalation: required with onTimeout escalate"]
+
+
+@pytest.mark.parametrize("count", [1, 3])
+def test_a_receive_s_skill_and_migration_reads_are_the_orm_s_statements(db, count):
+    """Compiled once (config.compiled) instead of by the ORM on each receive, the two reads
+    every receive makes send exactly the statement and parameters the ORM's queryset
+    would, for any number of skills, executions and digests."""
+    from django.db.models import Q
+
+    from accounts.models import Skill
+    from inbox.models import TaskMigration
+    from inbox.services.intake import _SKILLS_READ
+    from inbox.services.migration import _ARRIVALS_READ, _MOVED, _WAITING
+
+    slugs = [f"skill-{n}" for n in range(count)]
+    arns = [f"arn:aws:states:eu-west-1:1:execution:m:{n}" for n in range(count)]
+    digests = [f"{n:064x}" for n in range(count + 1)]
+
+    def orm(queryset) -> tuple[str, list]:
+        sql, params = queryset.query.get_compiler(using="default").as_sql()
+        return sql, list(params)
+
+    assert _SKILLS_READ.statement("all", slugs=slugs) == orm(
+        Skill.objects.filter(slug__in=slugs))
+    assert _ARRIVALS_READ.statement("all", arns=arns, digests=digests) == orm(
+        TaskMigration.objects.filter(Q(to_execution_arn__in=arns, status__in=_WAITING)
+                                     | Q(from_token_digest__in=digests, status__in=_MOVED)))
+    skill_ensure(slug="skill-0", name="Skill 0")
+    assert [skill.slug for skill in _SKILLS_READ.run("all", slugs=slugs)] == ["skill-0"]
