@@ -31,6 +31,7 @@ that exits meanwhile is missed).
 """
 
 import argparse
+import datetime
 import os
 import re
 import sys
@@ -164,6 +165,7 @@ def run(*, tasks: int, takers: int, idle: float, children: common.Children,
           f"{postgres / tasks:.2f} ms/task")
     print("Complete to SendTaskSuccess returned (outbox created_at to sent_at), ms: "
           + ", ".join(f"p{p} {value:.0f}" for p, value in _callback_latency().items()))
+    print(f"  of which, ms: {_callback_latency_split()}")
     goal_print("CPU of one task's life, the inbox's processes (net)", total_net / tasks, 10.0,
                unit=" ms", most=True)
 
@@ -333,6 +335,32 @@ def _callback_latency() -> dict[int, float]:
     latencies = [(sent - created).total_seconds() * 1000
                  for created, sent in Outbox.objects.values_list("created_at", "sent_at")]
     return {p: percentile(latencies, p) for p in (50, 95, 99)}
+
+
+def _callback_latency_split() -> str:
+    """Where complete -> sent goes, for the rows sent at their first attempt: the undo
+    window (created -> due), the sender (due -> claimed: its claim sets next_attempt_at to
+    the claim's time plus the lease) and the call (claimed -> SendTaskSuccess returned)."""
+    from django.conf import settings
+
+    from inbox.models import Outbox
+    from inbox.services.callback import DEFAULTS
+
+    window = datetime.timedelta(seconds=settings.INBOX_UNDO_SECONDS)
+    lease = datetime.timedelta(seconds=getattr(
+        settings, "INBOX_CALLBACK_LEASE_SECONDS", DEFAULTS["INBOX_CALLBACK_LEASE_SECONDS"]))
+    late, call = [], []
+    for created, claimed_lease, sent in Outbox.objects.filter(attempts=1).values_list(
+            "created_at", "next_attempt_at", "sent_at"):
+        claimed = claimed_lease - lease
+        late.append((claimed - (created + window)).total_seconds() * 1000)
+        call.append((sent - claimed).total_seconds() * 1000)
+    if not late:
+        return "no row was sent at its first attempt"
+    return (f"undo window {window.total_seconds():.0f} s; due to claimed by the sender "
+            + ", ".join(f"p{p} {percentile(late, p):.0f}" for p in (50, 95, 99))
+            + f"; claimed to returned ({len(call):,} rows sent at their first attempt) "
+            + ", ".join(f"p{p} {percentile(call, p):.0f}" for p in (50, 95, 99)))
 
 
 def _cpu(children: common.Children) -> dict[str, float]:
