@@ -277,7 +277,8 @@ def _literal(value) -> str:
 
 def test_the_statement_is_found_through_the_clocks_partial_indexes(db):
     """Every clock's due rows are read through its partial index, in a generic plan too
-    (the one a prepared statement settles on): the states are literals in the text."""
+    (the one a prepared statement settles on): the states are literals in the text.
+    (It failed in CI at 45051f3 with a bitmap scan of that very index.)"""
     import re
 
     with connection.cursor() as cursor:
@@ -294,6 +295,10 @@ def test_the_statement_is_found_through_the_clocks_partial_indexes(db):
             cursor.execute(f"EXPLAIN EXECUTE clock_{name}("
                            + ", ".join(_literal(values[one]) for one in names) + ")")
             plan = "\n".join(row[0] for row in cursor.fetchall())
-            assert f"Index Scan using {index}" in plan, plan
+            # An index scan, or on a table this small a bitmap scan, of the clock's own
+            # partial index (which the planner picks depends on the table's statistics,
+            # left by the tests before; bench/explain_sweeper.py shows the plans at 1M).
+            assert re.search(rf"(Index Scan using|Index Only Scan using|Bitmap Index Scan "
+                             rf"on) {index}\b", plan), plan
             # The batch's rows are written through the primary key, never a scan of all.
             assert "Seq Scan on inbox_task" not in plan, plan
