@@ -4,7 +4,7 @@ A trigger (migration 0015) notifies the channel ``inbox_outbox`` when a statemen
 outbox rows or requeues a dead one; PostgreSQL delivers the notification when the
 transaction commits, so the row is there to read when the sender wakes. The notification
 says only that something was written; the sender reads the outbox itself
-(inbox.services.callback.Relay). So an answer due at once (the undo window off, an
+(inbox.services.callback.outbox_relay). So an answer due at once (the undo window off, an
 abort, a requeue) is sent within milliseconds, and an idle sender does not poll.
 
 SQLite (the embedded default) has no NOTIFY: there, and while the listening connection
@@ -32,7 +32,7 @@ LISTEN_MOST_SECONDS = 5.0
 
 class Woken(enum.StrEnum):
     TOLD = "told"  # a notification: an answer was written
-    INTERRUPTED = "interrupted"  # interrupt(): a stop, or a call of the sender returned
+    INTERRUPTED = "interrupted"  # interrupt(): the process is stopping
     LISTENING = "listening"  # the listening connection was (re)made: read once now
     TIMEOUT = "timeout"
 
@@ -101,8 +101,7 @@ class Wakeup:
             # whose end the next read sees): wait on.
 
     def interrupt(self) -> None:
-        """Wake a wait at once (a stop, or a call of the sender that returned); safe in a
-        signal handler and from any thread."""
+        """Wake a wait at once (a stop); safe in a signal handler."""
         try:
             os.write(self._wake_w, b"!")
         except BlockingIOError:

@@ -3,10 +3,10 @@
 A transition that decides a task's outcome writes an Outbox row in its own transaction,
 due at once or, for a worker's complete or reject, once its undo window of
 INBOX_UNDO_SECONDS closed (an undo within it withdraws the row, see inbox.lifecycle's
-"undo" row). The row is the message: ``Relay``, the callbacks' sender (manage.py
-callbacks_run), sleeps until the next row falls due, then claims and sends the due rows,
-retries included, without waiting for the calls of its earlier rounds; ``outbox_drain``
-from Celery beat is the backstop while no sender runs.
+"undo" row). The row is the message: ``outbox_relay``, the callbacks' sender (manage.py
+callbacks_run), sleeps until the next row falls due, then claims and sends the due rows
+in batches, retries included; ``outbox_drain`` from Celery beat is the backstop while no
+sender runs.
 
 ``callback_send`` claims the row with a conditional update that pushes its next attempt
 a lease into the future, so two senders never send one row at once; a sender that dies
@@ -470,95 +470,35 @@ def outbox_drain(*, batch: int = 100, budget_seconds: float = 0.0, helpers: int 
     return handled + _recorded(previous)
 
 
-# The calls the sender has out at most; it claims again once half of them returned (or
-# at once when none is out), so a backlog is claimed and recorded in batches of at least
-# half of this, and a slow call holds only its own place.
-RELAY_OUT = 100
-
-
-class Relay:
-    """The callbacks' sender between its rounds: a pool of threads and the calls it has out.
-
-    Each round records the calls that returned, then claims the rows that fell due and
-    hands them to the pool without waiting for the calls of earlier rounds: a slow or
-    hung call (a region throttling, a read timing out) holds back only itself, not every
-    answer that falls due behind it. poke, if given, is called from a pool thread as each
-    call returns, so that the sender's sleep ends and the round records it.
-
-    close() waits for the calls out and records them. Call it outside any transaction: it
-    calls Step Functions.
-    """
-
-    def __init__(self, *, poke: Callable[[], None] | None = None) -> None:
-        self._pool = ThreadPoolExecutor(
-            max_workers=max(1, int(_setting("INBOX_CALLBACK_SENDERS"))),
-            thread_name_prefix="callback-send")
-        self._out: list[tuple[Outbox, str, Future]] = []
-        self._poke = poke
-
-    @property
-    def out(self) -> int:
-        """How many calls are out (sent, not yet recorded)."""
-        return len(self._out)
-
-    def round(self, *, most: float) -> float:
-        """Record, claim and send; return how many seconds to sleep: until the next row
-        falls due, at most most (a row written meanwhile and due at once waits no longer;
-        a returning call ends the sleep sooner through poke)."""
-        if self._out and len(self._out) > RELAY_OUT // 2:
-            if any(call.done() for _, _, call in self._out):
-                self._record()
-            if len(self._out) > RELAY_OUT // 2:
-                return most  # no room to claim yet: a returning call pokes
-        elif self._out:
-            self._record()
-        due = _next_due()
-        now = timezone.now()
-        if due is None:
-            return most
-        if due > now:
-            return min(most, (due - now).total_seconds())
-        limit = min(RELAY_OUT - len(self._out), int(_setting("INBOX_SENDTASK_RATE")))
-        rows = _claim_due(limit=limit, grace_seconds=0) if limit > 0 else []
-        if not rows:
-            # Nothing claimed: another sender holds them, or the rate is 0: the next
-            # round reads when.
-            return most
-        ready, _ = _prepared(rows)
-        sending = _send_start(self._pool, ready)
-        for _, _, call in sending.calls:
-            if self._poke is not None:
-                call.add_done_callback(lambda _call: self._poke())
-        self._out.extend(sending.calls)
-        return 0.0  # more may have fallen due meanwhile: look again at once
-
-    def close(self) -> int:
-        """Wait for the calls out and record them; return how many got an outcome."""
-        try:
-            return self._record(wait=True)
-        finally:
-            self._pool.shutdown(wait=True)
-
-    def _record(self, *, wait: bool = False) -> int:
-        """Record the calls that returned (all of them, waiting, if wait); return how many
-        got an outcome. A call stays out until its recording succeeded."""
-        done = [entry for entry in self._out if wait or entry[2].done()]
-        if not done:
-            return 0
-        handled = _recorded(_Sending(calls=done, held_back=[]))
-        recorded = {id(entry) for entry in done}
-        self._out = [entry for entry in self._out if id(entry) not in recorded]
-        return handled
+# Rows one round of the sender claims at once, and how long it goes on with batch after
+# batch before it reads the next due time again.
+RELAY_BATCH = 100
+RELAY_BUDGET_SECONDS = 1.0
 
 
 def outbox_relay(*, most: float) -> float:
-    """One round of the sender (Relay.round) whose calls are recorded before it returns:
-    for manage.py callbacks_run --once, scripts and tests."""
-    relay = Relay()
-    try:
-        return relay.round(most=most)
-    finally:
-        relay.close()
+    """Send the pending rows that are due; return how many seconds to sleep before the next
+    round: until the next row falls due, at most most (a row written meanwhile and due at
+    once, a requeue or an abort's, waits no longer than that).
+
+    The one step of the sender process (manage.py callbacks_run): each decision's row is
+    sent as its undo window closes, from the row itself, not from a Celery message per
+    decision. Beat's outbox_drain is the backstop while no sender runs. Several senders
+    may run at once: their claims are disjoint, the rate limit is shared. Call it outside
+    any transaction: it calls Step Functions.
+    """
+    due = _next_due()
+    now = timezone.now()
+    if due is not None and due <= now:
+        if outbox_drain(batch=RELAY_BATCH, budget_seconds=RELAY_BUDGET_SECONDS,
+                        grace_seconds=0):
+            return 0.0  # more may have fallen due meanwhile: look again at once
+        # Nothing claimed: another sender holds them, or the rate limit held them back
+        # (their next attempt moved on): the next round reads when.
+        return most
+    if due is None:
+        return most
+    return min(most, (due - now).total_seconds())
 
 
 def _next_due() -> datetime.datetime | None:

@@ -12,7 +12,6 @@ import json
 import logging
 import math
 import threading
-import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -312,51 +311,6 @@ def test_a_completion_is_sent_by_one_round_of_the_sender_command(
     outbox.refresh_from_db()
     assert outbox.status == OutboxStatus.SENT
     assert Task.objects.get(pk=review.task.pk).state == TaskState.COMPLETED
-
-
-@pytest.mark.emulator
-def test_a_slow_call_of_the_sender_holds_back_only_itself(invoice_machine, reviewer, spy):
-    """The sender's rounds do not wait for the calls of earlier rounds: while one answer's
-    call hangs (held here until released), an answer that falls due after it is claimed,
-    sent and recorded; the first is recorded once its call returns. Each returning call
-    pokes the sender's sleep."""
-    first, second = _review(invoice_machine), _review(invoice_machine)
-    began, release = threading.Event(), threading.Event()
-
-    def hang(real: Callable[..., Any], params: dict[str, Any]) -> Any:
-        began.set()
-        assert release.wait(60), "the test never released the first call"
-        return real(**params)
-
-    spy.by_token[first.token] = hang
-    pokes: list[int] = []
-    relay = callbacks.Relay(poke=lambda: pokes.append(1))
-    try:
-        held = _complete(first, reviewer)
-        assert relay.round(most=60) == 0.0  # claimed and sent: its call hangs
-        assert began.wait(30)
-        answered = _complete(second, reviewer)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            relay.round(most=60)  # claims the second, then records it once it returned
-            answered.refresh_from_db()
-            if answered.status != OutboxStatus.PENDING:
-                break
-            time.sleep(0.01)
-        held.refresh_from_db()
-        assert relay.out == 1
-        assert (answered.status, held.status) == (OutboxStatus.SENT, OutboxStatus.PENDING)
-        assert held.attempts == 1  # claimed, its call out
-        assert Task.objects.get(pk=second.task.pk).state == TaskState.COMPLETED
-        assert Task.objects.get(pk=first.task.pk).state == TaskState.COMPLETING
-    finally:
-        release.set()
-        relay.close()
-    held.refresh_from_db()
-    assert held.status == OutboxStatus.SENT
-    assert Task.objects.get(pk=first.task.pk).state == TaskState.COMPLETED
-    assert spy.calls == ["send_task_success", "send_task_success"]
-    assert pokes == [1, 1]
 
 
 # Retries ---------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ from inbox.loops import loop_run
 from inbox.models import Outbox, OutboxKind, OutboxStatus, Task, TaskState
 from inbox.services import worker
 from inbox.services.admin import outbox_requeue
-from inbox.services.callback import Relay
+from inbox.services.callback import outbox_relay
 from inbox.wakeup import CHANNEL, LISTEN_MOST_SECONDS, Wakeup, Woken
 from tests.sfn import APPROVE, execution_wait, invoice_machine_deploy
 
@@ -171,9 +171,9 @@ def test_the_sender_sends_an_answer_due_at_once_when_told_not_at_its_next_poll(
 
     settings.INBOX_UNDO_SECONDS = 0
     task = _held(invoice_machine, reviewer)
-    stop, relay = threading.Event(), Relay(poke=wakeup.interrupt)
+    stop = threading.Event()
     sender = threading.Thread(target=loop_run, args=(
-        "callbacks", lambda: relay.round(most=wakeup.most(60)), stop),
+        "callbacks", lambda: outbox_relay(most=wakeup.most(60)), stop),
         kwargs={"what": "sender", "sleep": wakeup.wait})
     sender.start()
     try:
@@ -195,7 +195,6 @@ def test_the_sender_sends_an_answer_due_at_once_when_told_not_at_its_next_poll(
         stop.set()
         wakeup.interrupt()
         sender.join(10)
-        relay.close()
     assert not sender.is_alive(), "interrupt() did not end the sender's sleep"
     assert Task.objects.get(pk=task.pk).state == TaskState.COMPLETED
     assert execution_wait(execution_arn=task.execution_arn)["status"] == "SUCCEEDED"

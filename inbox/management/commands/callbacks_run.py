@@ -8,7 +8,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandParser
 
 from inbox.loops import loop_run
-from inbox.services.callback import Relay, outbox_relay
+from inbox.services.callback import outbox_relay
 from inbox.wakeup import Wakeup
 
 
@@ -17,8 +17,7 @@ class Command(BaseCommand):
         "Send the outbox's callbacks until stopped: sleep until the next pending row falls "
         "due or PostgreSQL tells of a new one (NOTIFY inbox_outbox; on SQLite at most "
         "INBOX_CALLBACKS_MAX_WAIT_MS), then claim and send every due row in "
-        "batches, the calls at once within the shared SendTask rate, without waiting for "
-        "the calls of earlier rounds. A process of its own, "
+        "batches, the calls at once within the shared SendTask rate. A process of its own, "
         "so no Celery message is sent per decision and no other work holds an answer up. "
         "Several may run at once (each row is claimed once)."
     )
@@ -43,12 +42,9 @@ class Command(BaseCommand):
             signal.signal(signum, stopping)
         self.stdout.write("Callbacks sender running", ending="\n")
         self.stdout.flush()
-        # A call that returns wakes the sleep, so its round records it at once.
-        relay = Relay(poke=wakeup.interrupt)
         try:
-            loop_run("callbacks", lambda: relay.round(most=wakeup.most(most)), stop,
+            loop_run("callbacks", lambda: outbox_relay(most=wakeup.most(most)), stop,
                      what="sender", sleep=wakeup.wait)
         finally:
-            relay.close()  # the calls out are recorded before the process ends
             wakeup.close()
         self.stdout.write("Callbacks sender stopped.")
