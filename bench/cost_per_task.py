@@ -344,11 +344,10 @@ def _callback_latency_split() -> str:
     from django.conf import settings
 
     from inbox.models import Outbox
-    from inbox.services.callback import DEFAULTS
+    from inbox.services.callback import _setting
 
     window = datetime.timedelta(seconds=settings.INBOX_UNDO_SECONDS)
-    lease = datetime.timedelta(seconds=getattr(
-        settings, "INBOX_CALLBACK_LEASE_SECONDS", DEFAULTS["INBOX_CALLBACK_LEASE_SECONDS"]))
+    lease = datetime.timedelta(seconds=_setting("INBOX_CALLBACK_LEASE_SECONDS"))
     late, call = [], []
     for created, claimed_lease, sent in Outbox.objects.filter(attempts=1).values_list(
             "created_at", "next_attempt_at", "sent_at"):

@@ -75,30 +75,26 @@ class Wakeup:
                 return Woken.LISTENING
         readers = [self._wake_r]
         if self._listener is not None:
-            try:
-                if self._drained():
-                    return Woken.TOLD
-            except Exception:
-                self._lost()
-                return Woken.LISTENING
             readers.append(self._listener.fileno())
         deadline = time.monotonic() + max(0.0, seconds)
         while True:
+            # What arrived before the wait, or made the socket readable: a notification,
+            # or another message of the server (a parameter's change, or the error it
+            # sends before it closes the connection, whose end the next read sees), after
+            # which the wait goes on.
+            if self._listener is not None:
+                try:
+                    if self._drained():
+                        return Woken.TOLD
+                except Exception:
+                    self._lost()
+                    return Woken.LISTENING
             ready, _, _ = select.select(readers, [], [],
                                         max(0.0, deadline - time.monotonic()))
             if self._wake_r in ready and self._pipe_emptied():
                 return Woken.INTERRUPTED
             if not ready:
                 return Woken.TIMEOUT
-            try:
-                if self._drained():
-                    return Woken.TOLD
-            except Exception:
-                self._lost()
-                return Woken.LISTENING
-            # Readable without a notification: another message of the server (a
-            # parameter's change, or the error it sends before it closes the connection,
-            # whose end the next read sees): wait on.
 
     def interrupt(self) -> None:
         """Wake a wait at once (a stop); safe in a signal handler."""
