@@ -33,7 +33,7 @@ LISTEN_MOST_SECONDS = 5.0
 class Woken(enum.StrEnum):
     TOLD = "told"  # a notification: an answer was written
     INTERRUPTED = "interrupted"  # interrupt(): the process is stopping
-    LISTENING = "listening"  # the listening connection was (re)made: read once now
+    LISTENING = "listening"  # the listening connection was made, or lost: read once now
     TIMEOUT = "timeout"
 
 
