@@ -49,10 +49,10 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import F, Min, Q
+from django.db.models import F, Q
 from django.utils import timezone
 
-from config.compiled import CompiledRead, Many
+from config.compiled import CompiledRead, Earliest, Many
 from config.errors import ExternalServiceError
 from inbox import effects, metrics
 from inbox.callback_history import (
@@ -502,9 +502,13 @@ def outbox_relay(*, most: float) -> float:
 
 
 def _next_due() -> datetime.datetime | None:
-    """When the earliest pending row falls due (an index-only read of outbox_due)."""
-    return Outbox.objects.filter(status=OutboxStatus.PENDING).aggregate(
-        due=Min("next_attempt_at"))["due"]
+    """When the earliest pending row falls due (read from the end of outbox_due)."""
+    return _NEXT_DUE.run()[0]
+
+
+# Compiled once: the sender reads it on every round and every wake-up.
+_NEXT_DUE = Earliest(lambda: [
+    (Outbox.objects.filter(status=OutboxStatus.PENDING), "next_attempt_at")])
 
 
 def callbacks_send(*, outbox_ids: list[int]) -> int:

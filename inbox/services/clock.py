@@ -19,9 +19,10 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import F, Min, Q, QuerySet
+from django.db.models import F, Q, QuerySet
 from django.utils import timezone
 
+from config.compiled import Earliest
 from config.errors import Conflict, ExternalServiceError
 from inbox.lifecycle import clock_rows_applied, transition, transitions_apply
 from inbox.models import CLOSED_STATES, OPEN_STATES, Task, TaskEvent, TaskState
@@ -223,17 +224,17 @@ def _one_at_a_time(clock: Clock, *, batch: int) -> tuple[int, int]:
 def next_deadline() -> datetime.datetime | None:
     """Return the earliest running deadline of any clock, or None when no clock runs.
 
-    One MIN per clock, each read from the end of its partial index.
+    One statement: each clock's earliest deadline read from the end of its partial index.
     """
-    moments = [
-        Task.objects.filter(due).aggregate(first=Min(column))["first"]
-        for due, column in (
-            (Q(state=TaskState.OFFERED), "offer_deadline"),
-            (Q(state=TaskState.IN_PROGRESS), "work_deadline"),
-            (Q(state__in=OPEN_STATES), "overall_deadline"),
-        )
-    ]
-    return min((moment for moment in moments if moment is not None), default=None)
+    return min((moment for moment in _EARLIEST.run() if moment is not None), default=None)
+
+
+# The clocks' filters are the sweep's own (clocks()); compiled once, run every round.
+_EARLIEST = Earliest(lambda: [
+    (Task.objects.filter(state=TaskState.OFFERED), "offer_deadline"),
+    (Task.objects.filter(state=TaskState.IN_PROGRESS), "work_deadline"),
+    (Task.objects.filter(state__in=OPEN_STATES), "overall_deadline"),
+])
 
 
 def deadlines_wait(*, most: float, now: datetime.datetime | None = None) -> float:

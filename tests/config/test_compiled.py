@@ -177,3 +177,88 @@ def test_the_statement_is_what_run_sends(two_held):
     # The raw id: a uuid on PostgreSQL, its hex on SQLite.
     assert len(rows) == 1 and uuid.UUID(str(rows[0][0])) == task.pk == first.pk
     assert READ.statement("none", worker_id=ana.pk, task_id=first.pk) == (None, [])
+
+
+# Earliest: each read's first value, in one statement compiled once -----------------------
+
+
+def _firsts():
+    return [(Task.objects.filter(state="queued"), "overall_deadline"),
+            (Task.objects.filter(state="in_progress"), "work_deadline"),
+            (Task.objects.all(), "offer_deadline"),
+            (TaskEvent.objects.filter(action="take_next"), "at")]
+
+
+def _orm_mins():
+    from django.db.models import Min
+
+    return [queryset.aggregate(first=Min(column))["first"] for queryset, column in _firsts()]
+
+
+def test_earliest_answers_what_each_orm_min_answers(two_held, make_task):
+    from config.compiled import Earliest
+
+    make_task()
+    make_task()  # two queued: their overall deadlines differ by their arrival
+    earliest = Earliest(_firsts)
+    got = earliest.run()
+    want = _orm_mins()
+    assert got == want
+    # Set where the ORM's MIN is set, None where it is not: nothing is offered, so every
+    # offer deadline is NULL, and NULLs are left out as MIN leaves them.
+    assert [value is None for value in got] == [False, False, True, True]
+    # Datetimes as the ORM gives them: aware, on SQLite too.
+    assert all(value.tzinfo is not None for value in got[:2])
+
+
+def test_earliest_leaves_nulls_out_of_a_column_that_has_values(two_held, make_task):
+    from config.compiled import Earliest
+
+    make_task()
+    # Every task: two held (a work deadline each) and one queued (none).
+    [first] = Earliest(lambda: [(Task.objects.all(), "work_deadline")]).run()
+    assert first is not None
+    assert first == min(t.work_deadline for t in Task.objects.exclude(work_deadline=None))
+
+
+def test_earliest_compiles_once_and_runs_one_statement_each_call(two_held):
+    from config.compiled import Earliest
+
+    builds = []
+
+    def build():
+        builds.append(1)
+        return _firsts()
+
+    earliest = Earliest(build)
+    with CaptureQueriesContext(connection) as queries:
+        first = earliest.run()
+        second = earliest.run()
+    assert first == second == _orm_mins()
+    assert len(queries) == 2 and len(builds) == 1
+    sql, params = earliest.statement()
+    assert queries[0]["sql"].startswith("SELECT (SELECT ") and sql.count("(SELECT ") == 4
+    assert "queued" in params and "in_progress" in params
+
+
+@pytest.mark.postgres
+def test_the_clocks_and_the_senders_earliest_reads_use_their_partial_indexes(db):
+    """Each earliest value is read from the end of its partial index, never a scan."""
+    import re
+
+    from inbox.services import callback
+    from inbox.services import clock as clock_service
+
+    with connection.cursor() as cursor:
+        cursor.execute("SET LOCAL enable_seqscan = off")
+        cursor.execute("SET LOCAL enable_bitmapscan = off")
+        for earliest, indexes in (
+                (clock_service._EARLIEST, ("task_offer_due", "task_work_due",
+                                           "task_overall_running")),
+                (callback._NEXT_DUE, ("outbox_due",))):
+            sql, params = earliest.statement()
+            cursor.execute(f"EXPLAIN {sql}", params)
+            plan = "\n".join(row[0] for row in cursor.fetchall())
+            for index in indexes:
+                assert re.search(rf"Index (Only )?Scan using {index}\b", plan), plan
+            assert "Seq Scan" not in plan and "Sort" not in plan, plan

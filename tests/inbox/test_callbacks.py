@@ -289,6 +289,24 @@ def test_of_eight_racing_senders_exactly_one_calls_step_functions(
     assert Task.objects.get(pk=review.task.pk).state == TaskState.COMPLETED
 
 
+def test_the_sender_builds_its_step_functions_client_before_its_first_round(db, monkeypatch):
+    """Building a client costs tens of milliseconds of CPU: the process pays it as it
+    starts, not the first answer it sends."""
+    from inbox.management.commands import callbacks_run
+
+    built: list[str] = []
+    seen: list[list[str]] = []
+    monkeypatch.setattr(aws, "client", lambda *, service, probe=False: built.append(service))
+
+    def relay(*, most: float) -> float:
+        seen.append(list(built))
+        return most
+
+    monkeypatch.setattr(callbacks_run, "outbox_relay", relay)
+    call_command("callbacks_run", "--once")
+    assert seen == [["stepfunctions"]]
+
+
 @pytest.mark.emulator
 def test_a_completion_is_sent_by_one_round_of_the_sender_command(
     invoice_machine, reviewer, spy, eager_celery, django_capture_on_commit_callbacks, capsys

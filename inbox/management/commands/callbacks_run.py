@@ -10,6 +10,7 @@ from django.core.management.base import BaseCommand, CommandParser
 from inbox.loops import loop_run
 from inbox.services.callback import outbox_relay
 from inbox.wakeup import Wakeup
+from processes import aws
 
 
 class Command(BaseCommand):
@@ -28,6 +29,7 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         most = settings.INBOX_CALLBACKS_MAX_WAIT_SECONDS
+        aws.clients_build("stepfunctions")  # before the first answer, not by it
         if options["once"]:
             wait = outbox_relay(most=most)
             self.stdout.write(f"callbacks: one round done, next in {wait:.3f} s")

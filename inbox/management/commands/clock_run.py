@@ -14,6 +14,7 @@ from config.errors import ExternalServiceError
 from inbox.loops import every, loop_run
 from inbox.services.clock import deadlines_wait, executions_check, heartbeats_send
 from inbox.services.upstream import status_poll
+from processes import aws
 
 logger = logging.getLogger("inbox.clock")
 
@@ -37,6 +38,8 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         _priority(settings.INBOX_CLOCK_NICE)
+        # The clocks call Step Functions (the backstop, heartbeats) and SQS (status events).
+        aws.clients_build("stepfunctions", "sqs")
         stop = threading.Event()
         loops: dict[str, Callable[[], float]] = {
             # Sleeps until the next deadline, at most INBOX_CLOCK_MAX_WAIT_SECONDS.
