@@ -7,7 +7,7 @@ domain module imports a Celery task module; the task modules import the services
 
 The callback to Step Functions is the one effect with no message: the transition's
 outbox row is what says to send it, and the callbacks' sender (manage.py callbacks_run,
-inbox.services.callback.outbox_relay) sends each row as it falls due (a worker's decision
+inbox.services.callback.Sender) sends each row as it falls due (a worker's decision
 once its undo window, INBOX_UNDO_SECONDS, closed). A Celery message per decision cost its
 sender and the worker more CPU than sending the row (docs/BENCHMARKS.md), and a lost one
 had to wait for beat's drain.

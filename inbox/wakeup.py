@@ -4,7 +4,7 @@ A trigger (migration 0015) notifies the channel ``inbox_outbox`` when a statemen
 outbox rows or requeues a dead one; PostgreSQL delivers the notification when the
 transaction commits, so the row is there to read when the sender wakes. The notification
 says only that something was written; the sender reads the outbox itself
-(inbox.services.callback.outbox_relay). So an answer due at once (the undo window off, an
+(inbox.services.callback.Sender). So an answer due at once (the undo window off, an
 abort, a requeue) is sent within milliseconds, and an idle sender does not poll.
 
 SQLite (the embedded default) has no NOTIFY: there, and while the listening connection

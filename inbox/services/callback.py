@@ -3,10 +3,11 @@
 A transition that decides a task's outcome writes an Outbox row in its own transaction,
 due at once or, for a worker's complete or reject, once its undo window of
 INBOX_UNDO_SECONDS closed (an undo within it withdraws the row, see inbox.lifecycle's
-"undo" row). The row is the message: ``outbox_relay``, the callbacks' sender (manage.py
+"undo" row). The row is the message: ``Sender``, the callbacks' sender (manage.py
 callbacks_run), sleeps until the next row falls due, then claims and sends the due rows
-in batches, retries included; ``outbox_drain`` from Celery beat is the backstop while no
-sender runs.
+in batches, retries included, and goes on without a call slower than CALL_WAIT_SECONDS
+(recording it once it returned); ``outbox_drain`` from Celery beat is the backstop while
+no sender runs.
 
 ``callback_send`` claims the row with a conditional update that pushes its next attempt
 a lease into the future, so two senders never send one row at once; a sender that dies
@@ -42,6 +43,7 @@ import random
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import wait as futures_wait
 from dataclasses import dataclass
 from enum import StrEnum
 from functools import reduce
@@ -448,57 +450,133 @@ def outbox_drain(*, batch: int = 100, budget_seconds: float = 0.0, helpers: int 
     shared, so together they send no row twice and no faster than the SendTask rate.
     """
     deadline = time.monotonic() + budget_seconds
-    handled = 0
     senders = max(1, int(_setting("INBOX_CALLBACK_SENDERS")))
     with ThreadPoolExecutor(max_workers=senders, thread_name_prefix="callback-send") as pool:
-        previous: _Sending | None = None
-        while True:
-            limit = min(batch, int(_setting("INBOX_SENDTASK_RATE")))
-            rows = _claim_due(limit=limit, grace_seconds=grace_seconds) if limit > 0 else []
-            if helpers > 0 and previous is None and len(rows) == limit > 0:
-                effects.drain_helpers_request(count=helpers,
-                                              expires=max(1.0, deadline - time.monotonic()))
-            ready, settled = _prepared(rows)
-            sending = _send_start(pool, ready)
-            handled += settled
-            if previous is not None:
-                handled += _recorded(previous)
-            previous = sending
-            if sending.held_back or len(rows) < limit or time.monotonic() >= deadline:
-                break
+        handled, last = _batches(pool, batch=batch, deadline=deadline, helpers=helpers,
+                                 grace_seconds=grace_seconds)
         # Leaving the pool waits for the last batch's calls (recorded below) to return.
-    return handled + _recorded(previous)
+    return handled + _recorded(last)
+
+
+def _batches(pool: ThreadPoolExecutor, *, batch: int, deadline: float, helpers: int = 0,
+             grace_seconds: float | None, late: list["_Sending"] | None = None,
+             ) -> tuple[int, "_Sending | None"]:
+    """Claim and send batch after batch (outbox_drain); return how many were recorded and
+    the last batch, its calls still on their way, for the caller to record.
+
+    late: the sender's list of calls left on their way (Sender): each batch's calls are
+    then waited for at most CALL_WAIT_SECONDS before the next claim, and those still out
+    are put there. None: every call is waited for.
+    """
+    handled = 0
+    wait = None if late is None else CALL_WAIT_SECONDS
+    left_out = 0 if late is None else len(late)
+    previous: _Sending | None = None
+    while True:
+        limit = min(batch, int(_setting("INBOX_SENDTASK_RATE")))
+        rows = _claim_due(limit=limit, grace_seconds=grace_seconds) if limit > 0 else []
+        if helpers > 0 and previous is None and len(rows) == limit > 0:
+            effects.drain_helpers_request(count=helpers,
+                                          expires=max(1.0, deadline - time.monotonic()))
+        ready, settled = _prepared(rows)
+        sending = _send_start(pool, ready)
+        handled += settled
+        if previous is not None:
+            handled += _recorded(previous, wait=wait, late=late)
+        previous = sending
+        if sending.held_back or len(rows) < limit or time.monotonic() >= deadline:
+            return handled, previous
+        if late is not None and len(late) > left_out:
+            # Calls were left out: the caller's next round claims only what their number
+            # leaves room for (Sender), so no more than a batch's worth waits in the pool.
+            return handled, previous
 
 
 # Rows one round of the sender claims at once, and how long it goes on with batch after
 # batch before it reads the next due time again.
 RELAY_BATCH = 100
 RELAY_BUDGET_SECONDS = 1.0
+# How long the sender waits for a batch's calls before it goes on without the slow ones
+# (a SendTask call takes milliseconds; botocore's timeouts end a hung one only after
+# seconds), and how often it looks for their return meanwhile.
+CALL_WAIT_SECONDS = 1.0
+LATE_LOOK_SECONDS = 0.25
+
+
+class Sender:
+    """The callbacks' sender (manage.py callbacks_run): its rounds, and the threads and the
+    calls they share.
+
+    Each round sends the pending rows that are due, as outbox_drain does, and waits for
+    its calls at most CALL_WAIT_SECONDS: those that returned are recorded together (one
+    batch, as before), and a call still out (a slow or hung Step Functions call, until
+    botocore's timeouts end it) is left on its way and recorded by a later round once it
+    returned. So a hung call holds back one row and one thread, not every answer due
+    behind it. Its row stays claimed meanwhile: its lease (INBOX_CALLBACK_LEASE_SECONDS,
+    above botocore's timeouts and retries) keeps any other sender from sending it again.
+    Call it outside any transaction: it calls Step Functions. One thread uses a Sender.
+    """
+
+    def __init__(self) -> None:
+        senders = max(1, int(_setting("INBOX_CALLBACK_SENDERS")))
+        self._pool = ThreadPoolExecutor(max_workers=senders, thread_name_prefix="callback-send")
+        self.late: list[_Sending] = []
+
+    def round(self, *, most: float) -> float:
+        """Record the late calls that returned, send the rows that are due; return how many
+        seconds to sleep before the next round (outbox_relay)."""
+        waited, self.late = self.late, []
+        for sending in waited:
+            _recorded(sending, wait=0, late=self.late)
+        sleep = self._send(most=most)
+        return min(sleep, LATE_LOOK_SECONDS) if self.late else sleep
+
+    def out(self) -> int:
+        """How many calls are left on their way."""
+        return sum(len(sending.calls) for sending in self.late)
+
+    def _send(self, *, most: float) -> float:
+        # At most a batch's worth of calls out, waiting in the pool or running: a claimed
+        # row's lease must not run out before its call has even started.
+        room = RELAY_BATCH - self.out()
+        if room <= 0:
+            return LATE_LOOK_SECONDS
+        due = _next_due()
+        now = timezone.now()
+        if due is not None and due <= now:
+            deadline = time.monotonic() + RELAY_BUDGET_SECONDS
+            before = len(self.late)
+            handled, last = _batches(self._pool, batch=room, deadline=deadline,
+                                     grace_seconds=0, late=self.late)
+            handled += _recorded(last, wait=CALL_WAIT_SECONDS, late=self.late)
+            if handled or len(self.late) > before:
+                return 0.0  # more may have fallen due meanwhile: look again at once
+            # Nothing claimed: another sender holds them, or the rate limit held them back
+            # (their next attempt moved on): the next round reads when.
+            return most
+        if due is None:
+            return most
+        return min(most, (due - now).total_seconds())
+
+    def close(self) -> None:
+        """Wait for the calls still out (botocore's timeouts bound them) and record them;
+        stop the threads."""
+        waited, self.late = self.late, []
+        for sending in waited:
+            _recorded(sending)
+        self._pool.shutdown(wait=True)
 
 
 def outbox_relay(*, most: float) -> float:
-    """Send the pending rows that are due; return how many seconds to sleep before the next
-    round: until the next row falls due, at most most (a row written meanwhile and due at
-    once, a requeue or an abort's, waits no longer than that).
-
-    The one step of the sender process (manage.py callbacks_run): each decision's row is
-    sent as its undo window closes, from the row itself, not from a Celery message per
-    decision. Beat's outbox_drain is the backstop while no sender runs. Several senders
-    may run at once: their claims are disjoint, the rate limit is shared. Call it outside
-    any transaction: it calls Step Functions.
+    """One round of the sender (Sender.round), every call recorded before it returns;
+    return how many seconds to sleep before the next round: until the next row falls
+    due, at most most. For one round alone (callbacks_run --once, scripts, tests).
     """
-    due = _next_due()
-    now = timezone.now()
-    if due is not None and due <= now:
-        if outbox_drain(batch=RELAY_BATCH, budget_seconds=RELAY_BUDGET_SECONDS,
-                        grace_seconds=0):
-            return 0.0  # more may have fallen due meanwhile: look again at once
-        # Nothing claimed: another sender holds them, or the rate limit held them back
-        # (their next attempt moved on): the next round reads when.
-        return most
-    if due is None:
-        return most
-    return min(most, (due - now).total_seconds())
+    sender = Sender()
+    try:
+        return sender.round(most=most)
+    finally:
+        sender.close()
 
 
 def _next_due() -> datetime.datetime | None:
@@ -654,9 +732,12 @@ def _send_start(pool: ThreadPoolExecutor, ready: list[tuple[Outbox, str]]) -> _S
         waiting = waiting[permit.calls:]
         if not waiting:
             break
-        # Spread the waiters over the start of the next window.
+        # Spread the waiters over the start of the next window. The bound is on the wait
+        # for that window, not the jitter: after a sleep into a window, the next one
+        # starts almost max_wait after the grant, and the jitter alone would give back
+        # half of such batches (test_the_limiter_is_asked_before_each_send failed so).
         pause = permit.wait + random.uniform(0, 0.05)  # noqa: S311 (jitter, not a secret)
-        if time.monotonic() + pause > deadline:
+        if time.monotonic() + permit.wait > deadline:
             break
         time.sleep(pause)
     held_back = [row for row, _ in waiting]
@@ -665,13 +746,25 @@ def _send_start(pool: ThreadPoolExecutor, ready: list[tuple[Outbox, str]]) -> _S
     return _Sending(calls=calls, held_back=held_back)
 
 
-def _recorded(sending: _Sending | None) -> int:
+def _recorded(sending: _Sending | None, *, wait: float | None = None,
+              late: list[_Sending] | None = None) -> int:
     """Wait for the batch's calls and record what came of each; return how many got an
-    outcome (a crash mid-call is none: the row's lease brings it back later)."""
+    outcome (a crash mid-call is none: the row's lease brings it back later).
+
+    wait: wait at most this many seconds, record the calls that returned and put the
+    others, still on their way, on late (Sender). None: wait for every call.
+    """
     if sending is None:
         return 0
+    calls = sending.calls
+    if wait is not None and late is not None:
+        done, _ = futures_wait([call for _, _, call in calls], timeout=wait)
+        out = [one for one in calls if one[2] not in done]
+        if out:
+            late.append(_Sending(calls=out, held_back=[]))
+            calls = [one for one in calls if one[2] in done]
     accepted, refused = [], []
-    for row, token, call in sending.calls:
+    for row, token, call in calls:
         crash = call.exception()
         if crash is not None:
             logger.error("Callback %s could not be sent", row.pk,

@@ -12,6 +12,7 @@ import json
 import logging
 import math
 import threading
+import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -328,6 +329,122 @@ def test_a_completion_is_sent_by_one_round_of_the_sender_command(
     assert execution_wait(execution_arn=review.execution)["status"] == "SUCCEEDED"
     outbox.refresh_from_db()
     assert outbox.status == OutboxStatus.SENT
+    assert Task.objects.get(pk=review.task.pk).state == TaskState.COMPLETED
+
+
+@pytest.fixture
+def held_call(spy):
+    """Hold the next SendTask call of a token until released (at the latest after 5 s, so
+    a sender that waits for it fails the test instead of hanging it)."""
+    began, release = threading.Event(), threading.Event()
+
+    def hold(token: str) -> None:
+        def hang(real: Callable[..., Any], params: dict[str, Any]) -> Any:
+            began.set()
+            release.wait(5)
+            return real(**params)
+
+        spy.by_token[token] = hang
+
+    timer = threading.Timer(5, release.set)
+    timer.start()
+    yield hold, began, release
+    release.set()
+    timer.cancel()
+
+
+@pytest.mark.emulator
+def test_a_slow_call_of_the_sender_holds_back_only_itself(invoice_machine, reviewer, spy,
+                                                          held_call, monkeypatch):
+    """A round of the sender waits for its calls at most CALL_WAIT_SECONDS: while one
+    answer's call hangs, an answer that falls due after it is claimed, sent and recorded
+    by the next round; the first is recorded by the round after its call returned. (A
+    round that waited for every call would return only once the hold ran out, the first
+    already recorded and nothing left late.)"""
+    monkeypatch.setattr(callbacks, "CALL_WAIT_SECONDS", 0.05)
+    hold, began, release = held_call
+    first, second = _review(invoice_machine), _review(invoice_machine)
+    hold(first.token)
+    sender = callbacks.Sender()
+    try:
+        held = _complete(first, reviewer)
+        # Claimed and sent; its call hangs, so the round goes on without it and looks
+        # again at once.
+        assert sender.round(most=60) == 0.0
+        assert began.is_set() and not release.is_set() and len(sender.late) == 1
+        assert sender.round(most=60) == callbacks.LATE_LOOK_SECONDS  # nothing else due
+        answered = _complete(second, reviewer)
+        assert sender.round(most=60) == 0.0
+        assert not release.is_set()
+        answered.refresh_from_db()
+        held.refresh_from_db()
+        assert (answered.status, held.status) == (OutboxStatus.SENT, OutboxStatus.PENDING)
+        assert held.attempts == 1  # claimed, its call out: its lease keeps it from others
+        assert callbacks.outbox_drain(grace_seconds=0) == 0
+        assert Task.objects.get(pk=second.task.pk).state == TaskState.COMPLETED
+        assert Task.objects.get(pk=first.task.pk).state == TaskState.COMPLETING
+        release.set()
+        deadline = time.monotonic() + 30
+        while sender.late and time.monotonic() < deadline:
+            sender.round(most=60)  # records the first once its call has returned
+            time.sleep(0.01)
+        assert sender.late == []
+    finally:
+        sender.close()
+    held.refresh_from_db()
+    assert held.status == OutboxStatus.SENT
+    assert Task.objects.get(pk=first.task.pk).state == TaskState.COMPLETED
+    assert spy.calls == ["send_task_success", "send_task_success"]
+
+
+@pytest.mark.emulator
+def test_the_sender_leaves_at_most_a_batch_of_calls_out(invoice_machine, reviewer, spy,
+                                                        held_call, monkeypatch):
+    """Calls left out take room from the next claims: no more than a batch's worth of
+    claimed rows wait for a thread, so none waits past its lease before its call starts."""
+    monkeypatch.setattr(callbacks, "CALL_WAIT_SECONDS", 0.05)
+    monkeypatch.setattr(callbacks, "RELAY_BATCH", 1)
+    hold, began, release = held_call
+    first, second = _review(invoice_machine), _review(invoice_machine)
+    hold(first.token)
+    sender = callbacks.Sender()
+    try:
+        _complete(first, reviewer)
+        assert sender.round(most=60) == 0.0
+        assert began.is_set() and sender.out() == 1
+        waiting = _complete(second, reviewer)
+        assert sender.round(most=60) == callbacks.LATE_LOOK_SECONDS
+        waiting.refresh_from_db()
+        assert (waiting.status, waiting.attempts) == (OutboxStatus.PENDING, 0)  # unclaimed
+        release.set()
+        deadline = time.monotonic() + 30
+        while (Outbox.objects.filter(status=OutboxStatus.PENDING).exists()
+               and time.monotonic() < deadline):
+            sender.round(most=60)
+            time.sleep(0.01)
+    finally:
+        sender.close()
+    assert set(Outbox.objects.values_list("status", flat=True)) == {OutboxStatus.SENT}
+    assert spy.calls == ["send_task_success", "send_task_success"]
+
+
+@pytest.mark.emulator
+def test_stopping_the_sender_records_the_calls_still_out(invoice_machine, reviewer, spy,
+                                                         held_call, monkeypatch):
+    """close(), as the process stops, waits for the calls left on their way and records
+    them: none is left for the lease to bring back."""
+    monkeypatch.setattr(callbacks, "CALL_WAIT_SECONDS", 0.05)
+    hold, began, release = held_call
+    review = _review(invoice_machine)
+    hold(review.token)
+    sender = callbacks.Sender()
+    held = _complete(review, reviewer)
+    assert sender.round(most=60) == 0.0
+    assert began.is_set() and len(sender.late) == 1
+    threading.Timer(0.2, release.set).start()
+    sender.close()
+    held.refresh_from_db()
+    assert held.status == OutboxStatus.SENT and sender.late == []
     assert Task.objects.get(pk=review.task.pk).state == TaskState.COMPLETED
 
 
@@ -882,6 +999,33 @@ def test_the_limiter_is_asked_before_each_send(invoice_machine, reviewer, spy, s
     # A batch asks for its permits at once: never more requests than windows it needed.
     assert max(asked) > 1 and len(asked) < 5
     assert set(Outbox.objects.values_list("status", flat=True)) == {OutboxStatus.SENT}
+
+
+def test_a_batch_waits_for_the_next_window_whatever_its_jitter(monkeypatch):
+    """Granted part of its permits early in a window, a batch waits for the
+    next window even when the jitter added to that wait takes it past the bound: the
+    bound is on the window's wait (max_wait from the last grant), the jitter only spreads
+    the waiters."""
+    from inbox.ratelimit import Permit
+
+    answers = iter([Permit(granted=True, window=1, wait=0.97, calls=3),
+                    Permit(granted=True, window=2, wait=0.97, calls=2)])
+    monkeypatch.setattr(callbacks, "rate_take", lambda **_: next(answers))
+    monkeypatch.setattr(callbacks.random, "uniform", lambda low, high: high)
+    slept: list[float] = []
+    monkeypatch.setattr(callbacks.time, "sleep", slept.append)
+    released: list = []
+    monkeypatch.setattr(callbacks, "_release", lambda rows, **_: released.extend(rows))
+
+    class Pool:
+        def submit(self, *args, **kwargs):
+            return None
+
+    rows = [(f"row-{index}", "token") for index in range(5)]
+    sending = callbacks._send_start(Pool(), rows)
+    assert released == [] and sending.held_back == []
+    assert [row for row, _, _ in sending.calls] == [row for row, _ in rows]
+    assert slept == [pytest.approx(0.97 + 0.05)]
 
 
 # The SendTask* rate limit ----------------------------------------------------------------

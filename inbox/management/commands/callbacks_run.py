@@ -8,7 +8,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandParser
 
 from inbox.loops import loop_run
-from inbox.services.callback import outbox_relay
+from inbox.services.callback import Sender, outbox_relay
 from inbox.wakeup import Wakeup
 from processes import aws
 
@@ -44,9 +44,11 @@ class Command(BaseCommand):
             signal.signal(signum, stopping)
         self.stdout.write("Callbacks sender running", ending="\n")
         self.stdout.flush()
+        sender = Sender()
         try:
-            loop_run("callbacks", lambda: outbox_relay(most=wakeup.most(most)), stop,
+            loop_run("callbacks", lambda: sender.round(most=wakeup.most(most)), stop,
                      what="sender", sleep=wakeup.wait)
         finally:
+            sender.close()  # the calls still out are recorded before the process ends
             wakeup.close()
         self.stdout.write("Callbacks sender stopped.")
