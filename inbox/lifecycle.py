@@ -21,7 +21,7 @@ import datetime
 import functools
 import json
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -809,7 +809,8 @@ def take_next_applied(*, worker: User, skill: str | None = None) -> Task | None:
     event and answers the task's history, in the caller's transaction or its own (its own
     commits with synchronous_commit off: a crash of the database may forget the last
     fraction of a second's takes, never a decision after them, whose commit flushes them).
-    The history rides on the task (events_read, which selectors.task_history answers).
+    The history rides on the task (events_read, which selectors.task_history answers),
+    as JSON text made into events only when something reads it.
     None: nothing taken, for whatever reason (nothing
     waits, at capacity, no pull skill, no worker role); the caller's Python path then says
     why, in the words every other path uses. Elsewhere (SQLite) always None.
@@ -827,7 +828,8 @@ def take_next_applied(*, worker: User, skill: str | None = None) -> Task | None:
     with connection.cursor() as cursor:
         cursor.execute(  # The columns are the models' own names, never input.
             f"SELECT {_ASYNC_COMMIT if alone else ''}"  # noqa: S608
-            f"{_TAKEN_COLUMNS}, r.taken_history "
+            # The history as JSON text: decoded only when read (_TakenHistory).
+            f"{_TAKEN_COLUMNS}, r.taken_history::text "
             "FROM inbox_take_next_history(%s, %s, %s, %s, %s, %s) r "
             "JOIN accounts_skill s ON s.id = (r.taken).skill_id",
             [worker.pk, skill or None, now, worker.email, json.dumps(worker.email), signal])
@@ -840,7 +842,7 @@ def take_next_applied(*, worker: User, skill: str | None = None) -> Task | None:
     task.skill = ModelRows.of(Skill, connection).instance(found[len(_TASK_FIELDS):-1],
                                                           connection)
     task.assignee = worker
-    task.events_read = _history_read(found[-1], task_id=task.pk, connection=connection)
+    task.events_read = _TakenHistory(found[-1], task_id=task.pk, alias=connection.alias)
     if signal:
         effects.after_commit(task=task, effects=(*row.all_effects, Effect.SIGNAL))
     changes.info("task %s… %s → %s (%s by %s)", str(task.pk)[:8], row.sources[0],
@@ -861,17 +863,40 @@ HISTORY_COLUMNS = ("id", "version", "action", "from_state", "to_state", "actor_i
 _EVENT_NAMES = [field.attname for field in TaskEvent._meta.concrete_fields]
 
 
-def _history_read(history: Any, *, task_id: Any, connection: Any) -> list[TaskEvent]:
+class _TakenHistory:
+    """The take's history (the function's JSON text), made into events when first read.
+
+    Most takes never read it: the page's take redirects, a script takes and releases. Only
+    the answers that show the history (the API's, the page swapped in place) pay for it.
+    """
+
+    __slots__ = ("_text", "_task_id", "_alias", "_events")
+
+    def __init__(self, text: str, *, task_id: Any, alias: str) -> None:
+        self._text, self._task_id, self._alias = text, task_id, alias
+        self._events: list[TaskEvent] | None = None
+
+    def _decoded(self) -> list[TaskEvent]:
+        if self._events is None:
+            self._events = _history_read(self._text, task_id=self._task_id, alias=self._alias)
+        return self._events
+
+    def __iter__(self) -> Iterator[TaskEvent]:
+        return iter(self._decoded())
+
+    def __len__(self) -> int:
+        return len(self._decoded())
+
+
+def _history_read(text: str, *, task_id: Any, alias: str) -> list[TaskEvent]:
     """Return the events of the function's history (JSON arrays), as the ORM reads them."""
-    if isinstance(history, str):  # JSON text, where the driver hands it over undecoded
-        history = json.loads(history)
     events = []
-    for values in history:
+    for values in json.loads(text):
         row = dict(zip(HISTORY_COLUMNS, values, strict=True))
         row["at"] = datetime.datetime.fromisoformat(row["at"])
         row["task_id"] = task_id
         # from_db takes every column in the model's own order.
-        events.append(TaskEvent.from_db(connection.alias, _EVENT_NAMES,
+        events.append(TaskEvent.from_db(alias, _EVENT_NAMES,
                                         [row[name] for name in _EVENT_NAMES]))
     return events
 

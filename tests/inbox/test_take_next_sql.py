@@ -183,6 +183,27 @@ def test_the_take_answers_the_history_as_stored(make_task, make_worker):
     assert history[-1].hash == again.chain_head
 
 
+def test_the_takes_history_is_made_into_events_only_when_read(make_task, make_worker,
+                                                               monkeypatch):
+    """A take that nobody reads the history of (the page's redirect, a script) makes no
+    events of it; the first read makes them once, in one place, from the take's answer."""
+    from inbox.selectors import task_history
+
+    made = []
+    history_read = lifecycle._history_read
+    monkeypatch.setattr(lifecycle, "_history_read",
+                        lambda *a, **k: made.append(1) or history_read(*a, **k))
+    worker = make_worker({"invoice-review": 3})
+    make_task()
+    taken = task_take_next(worker=worker)
+    assert made == []
+    with CaptureQueriesContext(connection) as queries:
+        first, second = list(task_history(task=taken)), list(task_history(task=taken))
+    assert (made, len(queries)) == ([1], 0)
+    assert [e.action for e in first] == [e.action for e in second] == ["receive", "take_next"]
+    assert first[-1].hash == taken.chain_head
+
+
 def test_a_take_with_a_signal_bus_writes_its_signal_row(make_task, make_worker, settings,
                                                        django_capture_on_commit_callbacks):
     from inbox.models import SignalOutbox
