@@ -870,7 +870,7 @@ class _TakenHistory:
     the answers that show the history (the API's, the page swapped in place) pay for it.
     """
 
-    __slots__ = ("_text", "_task_id", "_alias", "_events")
+    __slots__ = ("_alias", "_events", "_task_id", "_text")
 
     def __init__(self, text: str, *, task_id: Any, alias: str) -> None:
         self._text, self._task_id, self._alias = text, task_id, alias

@@ -18,10 +18,12 @@ import datetime
 import functools
 import logging
 import re
+import threading
+import time
 import traceback
 import uuid
-from concurrent.futures import Future, ThreadPoolExecutor
 from enum import StrEnum
+from queue import Empty, Queue
 from typing import Any
 
 from django.conf import settings
@@ -530,8 +532,15 @@ def intake_poll(
     # Outside a transaction (how the poller runs) SQS's round trips overlap the work: the
     # next receive is in flight while a receive is handled, and its delete runs behind.
     outside = not transaction.get_connection().in_atomic_block
-    deletes: list[Future] = []
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="intake-delete") as deleter:
+    deleter = None
+    if outside:
+        # The wait stays a tenth of the visibility timeout in effect: a visibility
+        # timeout of 0 (a redrive test, a drill) deletes each receive's messages at once.
+        wait = DELETE_WAIT_SECONDS
+        if visibility_timeout is not None:
+            wait = min(wait, visibility_timeout / 10)
+        deleter = MessageDeleter(url=url, queue="Intake", wait=wait)
+    try:
         for messages in aws.messages_receive_batches(
                 url=url, wait_seconds=wait_seconds, budget_seconds=budget_seconds,
                 max_messages=max_messages, visibility_timeout=visibility_timeout,
@@ -544,18 +553,90 @@ def intake_poll(
                     done.append(message)
             if not done:
                 continue
-            # One DeleteMessageBatch per receive, after the receive's transactions
-            # committed. Inside a transaction it waits for the commit, so a rollback
-            # leaves the messages to be delivered again.
-            delete = functools.partial(messages_done_delete, url=url, messages=done,
-                                       queue="Intake")
-            if outside:
-                deletes.append(deleter.submit(delete))
+            if deleter is not None:
+                # The receive's transactions committed: its messages join the deletes
+                # gathered from the receives before it (MessageDeleter).
+                deleter.add(done)
             else:
-                transaction.on_commit(delete)
-    for delete in deletes:
-        delete.result()  # a delete that crashed (not one SQS refused: that is logged) fails
+                # One DeleteMessageBatch per receive, once the caller's transaction
+                # commits, so a rollback leaves the messages to be delivered again.
+                transaction.on_commit(functools.partial(
+                    messages_done_delete, url=url, messages=done, queue="Intake"))
+    finally:
+        if deleter is not None:
+            # Every handled message deleted before the poll returns; a delete that
+            # crashed (not one SQS refused: that is logged) fails the poll.
+            deleter.close()
     return {str(outcome): count for outcome, count in counts.items()}
+
+
+# How long a handled message may wait for others to share its DeleteMessageBatch: far
+# below the intake queue's visibility timeout (processes.aws, 60 s), so a message is never
+# handed out again only because its delete waited.
+DELETE_WAIT_SECONDS = 1.0
+_DELETE_BATCH = 10  # SQS's most per DeleteMessageBatch
+_CLOSE = object()
+
+
+class MessageDeleter:
+    """Deletes a queue's handled messages behind its consumer, in batches of up to ten.
+
+    At a trickle each receive holds one or two messages; a DeleteMessageBatch per receive
+    then cost the intake as much CPU as the receive itself (docs/BENCHMARKS.md). Here the
+    messages of several receives share one: a batch goes when it holds ten, or when its
+    first message has waited wait seconds (0: at once), whichever comes first; close()
+    sends what is left and waits for it. The deletes run in a thread of their own, so the
+    consumer's next receive never waits for one. A message whose delete was lost (the
+    process killed meanwhile) comes back after its visibility timeout as a duplicate.
+    """
+
+    def __init__(self, *, url: str, queue: str, wait: float) -> None:
+        self.url, self.queue, self.wait = url, queue, wait
+        self._inbox: Queue[Any] = Queue()
+        self._crash: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="intake-delete", daemon=True)
+        self._thread.start()
+
+    def add(self, messages: list[dict]) -> None:
+        self._inbox.put(messages)
+
+    def close(self) -> None:
+        """Send what is waiting, wait for every delete; raise what crashed one."""
+        self._inbox.put(_CLOSE)
+        self._thread.join()
+        if self._crash is not None:
+            raise self._crash
+
+    def _run(self) -> None:
+        waiting: list[dict] = []
+        due = 0.0
+        while True:
+            try:
+                item = self._inbox.get(
+                    timeout=max(0.0, due - time.monotonic()) if waiting else None)
+            except Empty:  # the first waiting message's time is up
+                item = None
+            if item is _CLOSE or item is None:
+                self._send(waiting)
+                waiting = []
+                if item is _CLOSE:
+                    return
+                continue
+            if not waiting:
+                due = time.monotonic() + self.wait
+            waiting.extend(item)
+            while len(waiting) >= _DELETE_BATCH or (waiting and self.wait <= 0):
+                self._send(waiting[:_DELETE_BATCH])
+                waiting = waiting[_DELETE_BATCH:]
+                due = time.monotonic() + self.wait
+
+    def _send(self, messages: list[dict]) -> None:
+        if not messages or self._crash is not None:
+            return
+        try:
+            messages_done_delete(url=self.url, messages=messages, queue=self.queue)
+        except BaseException as exc:  # kept for close(), which raises it in the consumer
+            self._crash = exc
 
 
 def intake_poll_once() -> dict[str, int] | None:

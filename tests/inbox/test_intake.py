@@ -350,6 +350,83 @@ def test_handled_messages_are_deleted_in_one_batch_per_receive(queues, review_sk
 
 @pytest.mark.emulator
 @pytest.mark.django_db(transaction=True)
+def test_the_messages_of_several_receives_share_one_delete(queues, review_skill, monkeypatch):
+    """At a trickle (here one message a receive) the handled messages wait for each other
+    and go in one DeleteMessageBatch, not one per receive; the poll ends with all deleted.
+    A poll that makes its messages visible again at once (visibility timeout 0) deletes
+    each receive's at once: a wait would hand them out again."""
+    deletes: list[int] = []
+    real_call = aws._call
+
+    def spy(*, service, operation, **params):
+        if operation == "delete_message_batch":
+            deletes.append(len(params["Entries"]))
+        return real_call(service=service, operation=operation, **params)
+
+    monkeypatch.setattr(aws, "_call", spy)
+    monkeypatch.setattr(intake_module, "DELETE_WAIT_SECONDS", 30)  # only the poll's end sends
+    for _ in range(3):
+        _send(queues, envelope())
+
+    counts = intake_poll(wait_seconds=0, max_messages=1)
+    # With a visibility timeout of its own, the wait stays far below it: 0 s, at once.
+    for _ in range(2):
+        _send(queues, envelope())
+    again = intake_poll(wait_seconds=0, max_messages=1, visibility_timeout=0)
+
+    assert (counts["created"], again["created"]) == (3, 2)
+    # The second poll: each receive's message deleted on its own (a message visible again
+    # at once may be received and deleted twice, as before: a duplicate).
+    assert deletes[0] == 3 and len(deletes) >= 3 and set(deletes[1:]) == {1}
+    assert _depth(queues["queue_url"]) == (0, 0)
+
+
+@pytest.mark.emulator
+@pytest.mark.django_db(transaction=True)
+def test_a_handled_message_waits_for_company_at_most_the_delete_wait(queues, review_skill,
+                                                                      monkeypatch):
+    """A lone message is deleted once its wait is up, while the next receive still
+    long-polls: never held until the poll ends (and near its visibility timeout)."""
+    calls: list[str] = []
+    real_call = aws._call
+
+    def spy(*, service, operation, **params):
+        answer = real_call(service=service, operation=operation, **params)
+        if operation in ("receive_message", "delete_message_batch"):
+            calls.append(f"{operation} {len(answer.get('Messages', params.get('Entries', [])))}")
+        return answer
+
+    monkeypatch.setattr(intake_module, "DELETE_WAIT_SECONDS", 0.2)
+    _send(queues, envelope())
+    monkeypatch.setattr(aws, "_call", spy)
+
+    counts = intake_poll(wait_seconds=3, max_messages=10, budget_seconds=3)
+
+    assert counts["created"] == 1
+    # The delete went while the second receive waited out its 3 s long poll.
+    assert calls == ["receive_message 1", "delete_message_batch 1", "receive_message 0"]
+
+
+def test_a_delete_that_crashes_fails_the_poll_after_the_others(monkeypatch):
+    """Not one SQS refused (that is logged): an error of the call itself is raised by
+    close(), in the consumer, and the batches after it are not sent."""
+    sent: list[int] = []
+
+    def delete(*, url, messages, queue):
+        sent.append(len(messages))
+        raise RuntimeError("the delete crashed")
+
+    monkeypatch.setattr(intake_module, "messages_done_delete", delete)
+    deleter = intake_module.MessageDeleter(url="https://sqs.example/q", queue="Intake",
+                                           wait=30)
+    deleter.add([sqs_message(envelope()) for _ in range(12)])
+    with pytest.raises(RuntimeError, match="the delete crashed"):
+        deleter.close()
+    assert sent == [10]
+
+
+@pytest.mark.emulator
+@pytest.mark.django_db(transaction=True)
 def test_a_poll_outside_a_transaction_receives_ahead_and_deletes_behind(
         queues, review_skill, monkeypatch):
     """As the poller runs (no transaction open): the next receive goes out while a receive
