@@ -582,7 +582,8 @@ class MessageDeleter:
     """Deletes a queue's handled messages behind its consumer, in batches of up to ten.
 
     At a trickle each receive holds one or two messages; a DeleteMessageBatch per receive
-    then cost the intake as much CPU as the receive itself (docs/BENCHMARKS.md). Here the
+    then cost the intake about as much CPU as the receive itself (a py-spy of the worker
+    in bench/cost_per_task.py; docs/DECISIONS.md). Here the
     messages of several receives share one: a batch goes when it holds ten, or when its
     first message has waited wait seconds (0: at once), whichever comes first; close()
     sends what is left and waits for it. The deletes run in a thread of their own, so the
