@@ -87,6 +87,20 @@ def rate_take(*, name: str, limit: int, window_seconds: float = 1.0,
                   calls=calls)
 
 
+def store_ready() -> None:
+    """Make the limits' store ready before the first call needs it, not by that call.
+
+    The first use of the cache imports its client library and connects (Redis: about a
+    tenth of a second of CPU, once per process), which a long-running sender or clock
+    would otherwise pay inside its first answer. An unavailable store is logged, as
+    rate_take logs it, and the process starts anyway: rate_take allows calls without it.
+    """
+    try:
+        caches[CACHE_ALIAS].get(f"ratelimit:{SENDTASK}:ready")
+    except Exception as exc:
+        logger.warning("Rate limit store unavailable at start: %s", exc)
+
+
 def counter_increment(*, cache: BaseCache, key: str, timeout: int | None,
                       amount: int = 1) -> int:
     """Add amount to the counter at key (created with timeout; None: never expires).
@@ -95,14 +109,17 @@ def counter_increment(*, cache: BaseCache, key: str, timeout: int | None,
     rate limit and the metrics counters. Its cost does not depend on amount.
     """
     if isinstance(cache, RedisCache):
-        # SET NX then INCRBY: both atomic in Redis, and INCRBY keeps the expiry set by add.
-        cache.add(key, 0, timeout=timeout)
-        try:
-            return cache.incr(key, amount)
-        except ValueError:
-            # The key expired between add and incr (a window boundary); start it again.
-            cache.add(key, 0, timeout=timeout)
-            return cache.incr(key, amount)
+        # One round trip where Django's add and incr took three (SET NX, EXISTS, INCRBY),
+        # atomic (MULTI/EXEC): the counter is made at 0 with its expiry if absent (an
+        # existing one keeps its own), then INCRBY, which keeps the expiry. The key and the
+        # value are Django's own (make_and_validate_key; its serializer stores an int as
+        # one), so cache.get reads the counter. _cache is RedisCache's client, as incr uses.
+        name = cache.make_and_validate_key(key)
+        client = cache._cache.get_client(name, write=True)
+        with client.pipeline(transaction=True) as pipe:
+            pipe.set(name, 0, ex=timeout, nx=True)
+            pipe.incrby(name, amount)
+            return pipe.execute()[1]
     # Without an atomic increment, two processes could both read n and both write n + 1.
     with _serialised(cache):
         count = (cache.get(key) or 0) + amount

@@ -11,6 +11,7 @@ import datetime
 import json
 import logging
 import math
+import os
 import threading
 import time
 import uuid
@@ -22,6 +23,7 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError, ReadTimeoutError
 from django.conf import settings
+from django.core.cache.backends.redis import RedisCache
 from django.core.management import call_command
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
@@ -29,11 +31,11 @@ from django.utils import timezone
 
 from accounts.models import User
 from accounts.services import skill_ensure
-from inbox import effects
+from inbox import effects, ratelimit
 from inbox.callback_history import history_task_outcome
 from inbox.lifecycle import transition
 from inbox.models import Outbox, OutboxKind, OutboxStatus, Task, TaskState
-from inbox.ratelimit import rate_take
+from inbox.ratelimit import counter_increment, rate_take
 from inbox.services import callback as callbacks
 from inbox.services.admin import outbox_requeue
 from inbox.services.callback import (
@@ -1072,6 +1074,56 @@ def test_batches_of_permits_never_let_more_than_n_through_a_window():
     assert max(granted.values()) == limit
     assert all(0 <= p.calls <= 3 and p.granted == (p.calls > 0) for p in permits)
     assert all(0 < p.wait <= 1 for p in permits if p.calls < 3)
+
+
+@pytest.fixture
+def redis_cache():
+    """Django's RedisCache on REDIS_URL (CI's real Redis), on a database of its own key
+    prefix; skipped, with a message, where no Redis is configured."""
+    url = os.environ.get("REDIS_URL")
+    if not url:
+        pytest.skip("needs Redis: REDIS_URL is not set (CI sets it)")
+    cache = RedisCache(url, {"KEY_PREFIX": unique("test-counter")})
+    yield cache
+    cache.clear()
+
+
+def test_a_redis_counter_is_one_round_trip_with_its_expiry(redis_cache, monkeypatch):
+    """Django's add and incr took three (SET NX, EXISTS, INCRBY); one pipeline now."""
+    import redis.connection
+
+    redis_cache.get(unique("warm"))  # the connection's own handshake is not counted
+    sends = []
+    real_send = redis.connection.Connection.send_packed_command
+
+    def send(self, command, *args, **kwargs):
+        sends.append(command)
+        return real_send(self, command, *args, **kwargs)
+
+    monkeypatch.setattr(redis.connection.Connection, "send_packed_command", send)
+    key = unique("window")
+
+    assert counter_increment(cache=redis_cache, key=key, timeout=5) == 1
+    assert len(sends) == 1
+    assert counter_increment(cache=redis_cache, key=key, timeout=5, amount=2) == 3
+    assert len(sends) == 2
+
+    assert redis_cache.get(key) == 3  # Django's own read sees the counter
+    client = redis_cache._cache.get_client(write=False)
+    assert 0 < client.ttl(redis_cache.make_and_validate_key(key)) <= 5
+    forever = unique("total")
+    counter_increment(cache=redis_cache, key=forever, timeout=None, amount=4)
+    assert redis_cache.get(forever) == 4
+    assert client.ttl(redis_cache.make_and_validate_key(forever)) == -1  # no expiry
+
+
+def test_an_unavailable_limits_store_at_start_is_logged_not_fatal(settings, caplog):
+    """store_ready (the sender's and the clock's first step) warns as rate_take does."""
+    settings.CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache",
+                                   "LOCATION": "redis://127.0.0.1:1/0"}}
+    with caplog.at_level(logging.WARNING, logger="inbox.ratelimit"):
+        ratelimit.store_ready()
+    assert "Rate limit store unavailable at start" in caplog.text
 
 
 @pytest.mark.emulator

@@ -7,6 +7,7 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandParser
 
+from inbox import ratelimit
 from inbox.loops import loop_run
 from inbox.services.callback import Sender, outbox_relay
 from inbox.wakeup import Wakeup
@@ -30,6 +31,7 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         most = settings.INBOX_CALLBACKS_MAX_WAIT_SECONDS
         aws.clients_build("stepfunctions")  # before the first answer, not by it
+        ratelimit.store_ready()  # the SendTask* budget's store too
         if options["once"]:
             wait = outbox_relay(most=most)
             self.stdout.write(f"callbacks: one round done, next in {wait:.3f} s")

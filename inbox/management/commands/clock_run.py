@@ -11,6 +11,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandParser
 
 from config.errors import ExternalServiceError
+from inbox import ratelimit
 from inbox.loops import every, loop_run
 from inbox.services.clock import deadlines_wait, executions_check, heartbeats_send
 from inbox.services.upstream import status_poll
@@ -40,6 +41,7 @@ class Command(BaseCommand):
         _priority(settings.INBOX_CLOCK_NICE)
         # The clocks call Step Functions (the backstop, heartbeats) and SQS (status events).
         aws.clients_build("stepfunctions", "sqs")
+        ratelimit.store_ready()  # the heartbeats' SendTask* budget's, before the first beat
         stop = threading.Event()
         loops: dict[str, Callable[[], float]] = {
             # Sleeps until the next deadline, at most INBOX_CLOCK_MAX_WAIT_SECONDS.
