@@ -249,6 +249,10 @@ else:
 INBOX_INTAKE_QUEUE = env_str("INBOX_INTAKE_QUEUE", "inbox-intake")
 INBOX_INTAKE_DLQ = env_str("INBOX_INTAKE_DLQ", f"{INBOX_INTAKE_QUEUE}-dlq")
 INBOX_INTAKE_MAX_RECEIVES = env_int("INBOX_INTAKE_MAX_RECEIVES", 5, minimum=1)
+# After a receive of the intake or the status queue that was not full, wait this long
+# before the next, so that messages arriving at a trickle share a receive (Lambda's
+# batching window for SQS; processes.aws.messages_receive_batches). 0: receive at once.
+INBOX_RECEIVE_WINDOW_MS = env_int("INBOX_RECEIVE_WINDOW_MS", 200, minimum=0, maximum=5000)
 # Where EventBridge puts "Step Functions Execution Status Change" events for the inbox
 # (manage.py aws_bootstrap creates the rule, the queue and its dead-letter queue).
 INBOX_STATUS_QUEUE = env_str("INBOX_STATUS_QUEUE", "inbox-execution-status")

@@ -334,7 +334,8 @@ SQS_WAIT_MAX = 20
 
 def messages_receive_batches(*, url: str, wait_seconds: int, budget_seconds: float,
                              max_messages: int = 10, visibility_timeout: int | None = None,
-                             ahead: bool = False) -> Iterator[list[dict[str, Any]]]:
+                             ahead: bool = False, window_seconds: float = 0.0,
+                             ) -> Iterator[list[dict[str, Any]]]:
     """Yield the batches received from the queue at url until one comes back empty or
     budget_seconds are used; each long poll waits at most wait_seconds (and SQS's 20).
 
@@ -342,10 +343,19 @@ def messages_receive_batches(*, url: str, wait_seconds: int, budget_seconds: flo
     yielded, so the caller's work and SQS's round trip overlap. The messages of a receive
     still in flight when the caller stops early are not lost: SQS hands them out again
     after their visibility timeout.
+
+    window_seconds: after a batch that was not full, wait this long before the next
+    receive, so the messages arriving meanwhile come in one batch (Lambda's batching window
+    for SQS): at a trickle each receive would otherwise carry one message and cost a whole
+    round trip, a transaction and a delete. A full batch is followed at once (a backlog is
+    read as fast as before), and so is the first receive (a quiet queue's first message
+    is not held); a message waits at most the window more than without it.
     """
     deadline = time.monotonic() + budget_seconds
 
-    def receive() -> list[dict[str, Any]]:
+    def receive(pause: float) -> list[dict[str, Any]]:
+        if pause > 0:
+            time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             return []
@@ -355,15 +365,20 @@ def messages_receive_batches(*, url: str, wait_seconds: int, budget_seconds: flo
             visibility_timeout=visibility_timeout,
         )
 
+    def pause_after(messages: list[dict[str, Any]]) -> float:
+        return window_seconds if len(messages) < max_messages else 0.0
+
     if not ahead:
-        while messages := receive():
+        messages = receive(0.0)
+        while messages:
             yield messages
+            messages = receive(pause_after(messages))
         return
     receiver = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sqs-receive-ahead")
     try:
-        pending = receiver.submit(receive)
+        pending = receiver.submit(receive, 0.0)
         while messages := pending.result():
-            pending = receiver.submit(receive)
+            pending = receiver.submit(receive, pause_after(messages))
             yield messages
     finally:
         # Stopped early: the receive in flight is not waited for (a long poll can take

@@ -34,6 +34,8 @@ _defaults = {
     "INBOX_EMULATOR_PORT": str(_free_port()),
     # A decision is sent at once, as before undo existed; the undo tests open a window.
     "INBOX_UNDO_SECONDS": "0",
+    # Each poll receives at once, as before the window existed; its own tests open it.
+    "INBOX_RECEIVE_WINDOW_MS": "0",
     # Playwright's sync API runs an event loop in the test thread.
     "DJANGO_ALLOW_ASYNC_UNSAFE": "true",
 }

@@ -544,7 +544,7 @@ def intake_poll(
         for messages in aws.messages_receive_batches(
                 url=url, wait_seconds=wait_seconds, budget_seconds=budget_seconds,
                 max_messages=max_messages, visibility_timeout=visibility_timeout,
-                ahead=outside):
+                ahead=outside, window_seconds=settings.INBOX_RECEIVE_WINDOW_MS / 1000):
             done = []
             for message, outcome in zip(messages, intake_messages(messages=messages),
                                         strict=True):

@@ -64,8 +64,9 @@ def status_poll(*, wait_seconds: int = aws.SQS_WAIT_MAX, budget_seconds: float =
     """
     url = aws.queue_url(name=settings.INBOX_STATUS_QUEUE)
     counts = {"cancelled": 0, "no_open_task": 0, "ignored": 0, "failed": 0}
-    for messages in aws.messages_receive_batches(url=url, wait_seconds=wait_seconds,
-                                                 budget_seconds=budget_seconds):
+    for messages in aws.messages_receive_batches(
+            url=url, wait_seconds=wait_seconds, budget_seconds=budget_seconds,
+            window_seconds=settings.INBOX_RECEIVE_WINDOW_MS / 1000):
         done = []
         for message in messages:
             try:

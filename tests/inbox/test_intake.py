@@ -8,6 +8,7 @@ import datetime
 import json
 import logging
 import threading
+import time
 import uuid
 from io import StringIO
 from pathlib import Path
@@ -478,6 +479,72 @@ def test_a_receive_ahead_left_in_flight_loses_no_message(queues, review_skill):
     wait_for(all_handled, timeout=30, what="every message handled after its timeout")
     assert Task.objects.count() == 20
     wait_for(lambda: _depth(queues["queue_url"]) == (0, 0), what="the queue empty")
+
+
+class _Pauses:
+    """processes.aws's time, with each sleep recorded and a hook run before it."""
+
+    def __init__(self, before=None) -> None:
+        self.slept: list[float] = []
+        self.before = before
+        self.monotonic = time.monotonic
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        if self.before is not None:
+            self.before()
+            self.before = None
+        time.sleep(seconds)
+
+
+@pytest.mark.emulator
+@pytest.mark.django_db(transaction=True)
+def test_messages_arriving_in_the_window_after_a_partial_receive_share_the_next(
+        queues, review_skill, settings, monkeypatch):
+    """As the poller runs: three envelopes wait, four more come while the window is open;
+    the second receive holds the four, then one empty receive ends the poll."""
+    settings.INBOX_RECEIVE_WINDOW_MS = 300
+    receives: list[int] = []
+    real_call = aws._call
+
+    def spy(*, service, operation, **params):
+        answer = real_call(service=service, operation=operation, **params)
+        if operation == "receive_message":
+            receives.append(len(answer.get("Messages", [])))
+        return answer
+
+    for _ in range(3):
+        _send(queues, envelope())
+    pauses = _Pauses(before=lambda: [_send(queues, envelope()) for _ in range(4)])
+    monkeypatch.setattr(aws, "time", pauses)
+    monkeypatch.setattr(aws, "_call", spy)
+
+    counts = intake_poll(wait_seconds=0, max_messages=10)
+
+    assert counts["created"] == 7 and Task.objects.count() == 7
+    assert receives == [3, 4, 0]
+    assert pauses.slept == [pytest.approx(0.3), pytest.approx(0.3)]
+    assert _depth(queues["queue_url"]) == (0, 0)
+
+
+@pytest.mark.emulator
+def test_a_full_receive_is_followed_at_once_and_no_window_waits_none(queues, monkeypatch):
+    """A backlog is read as fast as without the window: only the partial batch waits."""
+    for _ in range(12):
+        _send(queues, envelope())
+    pauses = _Pauses()
+    monkeypatch.setattr(aws, "time", pauses)
+
+    sizes = [len(batch) for batch in aws.messages_receive_batches(
+        url=queues["queue_url"], wait_seconds=0, budget_seconds=10, window_seconds=0.25)]
+    assert sizes == [10, 2] and pauses.slept == [0.25]
+
+    for _ in range(3):
+        _send(queues, envelope())
+    pauses.slept.clear()
+    sizes = [len(batch) for batch in aws.messages_receive_batches(
+        url=queues["queue_url"], wait_seconds=0, budget_seconds=10, window_seconds=0)]
+    assert sizes == [3] and pauses.slept == []
 
 
 def _malformed(token: str) -> list[tuple[str, str]]:

@@ -89,6 +89,24 @@ def test_the_status_queue_s_events_cancel_tasks_and_are_deleted(status_queue, ma
 
 
 @pytest.mark.emulator
+def test_the_status_queue_is_read_with_the_receive_window(status_queue, settings, monkeypatch):
+    """Ended executions' events arriving at a trickle share a receive, as the intake's do."""
+    settings.INBOX_RECEIVE_WINDOW_MS = 150
+    windows: list[float] = []
+    real = aws.messages_receive_batches
+
+    def receive_batches(**kwargs):
+        windows.append(kwargs["window_seconds"])
+        return real(**kwargs)
+
+    monkeypatch.setattr(aws, "messages_receive_batches", receive_batches)
+    aws.message_send(url=status_queue["queue_url"], body="not json")
+
+    assert status_poll(wait_seconds=0, budget_seconds=3)["ignored"] == 1
+    assert windows == [0.15]
+
+
+@pytest.mark.emulator
 def test_eventbridge_routes_a_status_change_to_the_status_queue(status_queue, make_task):
     """The rule status_queue_ensure makes matches AWS's event; PutEvents stands in here for
     Step Functions (the emulator's own events are covered in tests/processes)."""
