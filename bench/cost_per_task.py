@@ -21,6 +21,11 @@ tasks/<id>/complete/, each thread signed in as its own worker); the sender sends
 callbacks (the Celery worker did, one message per decision, until 2026-12-04) and every
 execution must end SUCCEEDED.
 
+Before it, W lives (--warm-up, default 50) run the same way and are not counted: what
+a process does once, at its first task (a client library imported at first use, the
+web's pool of connections grown, statements prepared), is not a cost per task (until
+2026-12-06 the measured lives were the first, and paid it).
+
 The CPU time (user + sys, from /proc) of the gunicorn, Celery worker, beat, clock and
 sender process trees is read before the executions start and after the last callback was sent.
 Beat's ticks and the clock's sweeps cost CPU with no task at all, so the same processes
@@ -63,7 +68,10 @@ def main() -> None:
     parser.add_argument("--tasks", type=int, default=500, help="N")
     parser.add_argument("--takers", type=int, default=4, help="T, HTTP client threads")
     parser.add_argument("--idle", type=float, default=30, help="seconds watched idle")
-    parser.add_argument("--quick", action="store_true", help="N=60, 15 s idle")
+    parser.add_argument("--warm-up", type=int, default=50, dest="warm_up", metavar="W",
+                        help="task lives run before the idle window and not counted "
+                             "(default 50; 0: none, as before 2026-12-06)")
+    parser.add_argument("--quick", action="store_true", help="N=60, W=20, 15 s idle")
     parser.add_argument("--http-server", choices=sorted(WEB_SERVERS), default="asgi",
                         help="asgi (default): production's gunicorn + uvicorn worker on "
                              "config.asgi; wsgi: gunicorn sync workers on config.wsgi")
@@ -75,18 +83,18 @@ def main() -> None:
                              "figures are not results")
     args = parser.parse_args()
     if args.quick:
-        args.tasks, args.idle = 60, 15
+        args.tasks, args.idle, args.warm_up = 60, 15, min(args.warm_up, 20)
 
     common.environment(broker="redis")
     with (common.var_dir_kept_on_failure(), scratch_database(DATABASE),
           common.emulator() as children):
         common.logs_to_file()
         run(tasks=args.tasks, takers=args.takers, idle=args.idle, children=children,
-            py_spy=args.py_spy, http_server=args.http_server)
+            py_spy=args.py_spy, http_server=args.http_server, warm_up=args.warm_up)
 
 
 def run(*, tasks: int, takers: int, idle: float, children: common.Children,
-        py_spy: Path | None = None, http_server: str = "asgi") -> None:
+        py_spy: Path | None = None, http_server: str = "asgi", warm_up: int = 0) -> None:
     from django.core.cache import cache
 
     from config.celery import app
@@ -94,7 +102,8 @@ def run(*, tasks: int, takers: int, idle: float, children: common.Children,
 
     skill_id = common.process_ready()
     workers_create(takers, skills_of=lambda i: [skill_id], capacity=10, api_tokens=True)
-    print(f"Cost per task: {tasks:,} tasks, {takers} HTTP takers, web server {http_server}")
+    print(f"Cost per task: {tasks:,} tasks after {warm_up:,} not counted, {takers} HTTP "
+          f"takers, web server {http_server}")
     machine_print()
     # Left by an interrupted run: stale Celery messages, an intake lock held for minutes.
     app.control.purge()
@@ -118,6 +127,13 @@ def run(*, tasks: int, takers: int, idle: float, children: common.Children,
     children.start("sender", [common.PYTHON, "manage.py", "callbacks_run"],
                    ready="Callbacks sender running")
     _http_ready(base=base)
+    if warm_up:
+        # Whole lives first, not counted: what each process does once (a client library
+        # imported at its first use, the web's pool of connections grown, statements
+        # prepared by PostgreSQL after their fifth run) is not a cost per task.
+        warm, _, _ = _lives(prefix="warm", count=warm_up, done_before=0, base=base,
+                            takers=takers, children=children)
+        common.executions_check(warm)
     # Let every process finish starting (imports, first beat ticks) before the idle window.
     time.sleep(5)
 
@@ -131,17 +147,15 @@ def run(*, tasks: int, takers: int, idle: float, children: common.Children,
     before = _cpu(children)
     pg_before = _postgres_cpu()
     started = time.monotonic()
-    arns = _executions_start(count=tasks)
-    common.tasks_wait(count=tasks, timeout=120 + tasks * 0.2, poll=False)
-    queued = time.monotonic() - started
-    requests_made = _drive(base=base, takers=takers, expected=tasks)
-    _sent_wait(count=tasks, children=children)
+    measured_from = datetime.datetime.now(datetime.UTC)
+    arns, queued, requests_made = _lives(prefix="cost", count=tasks, done_before=warm_up,
+                                         base=base, takers=takers, children=children)
     elapsed = time.monotonic() - started
     after = _cpu(children)
     pg_after = _postgres_cpu()
     if samplers:
         _samplers_report(samplers)
-    common.executions_check(arns)
+    common.executions_check(arns)  # after the CPU is read: the bench's own calls
 
     rows = []
     total_net = 0.0
@@ -164,8 +178,9 @@ def run(*, tasks: int, takers: int, idle: float, children: common.Children,
     print(f"PostgreSQL backends of the bench database (not in the total): "
           f"{postgres / tasks:.2f} ms/task")
     print("Complete to SendTaskSuccess returned (outbox created_at to sent_at), ms: "
-          + ", ".join(f"p{p} {value:.0f}" for p, value in _callback_latency().items()))
-    print(f"  of which, ms: {_callback_latency_split()}")
+          + ", ".join(f"p{p} {value:.0f}"
+                      for p, value in _callback_latency(since=measured_from).items()))
+    print(f"  of which, ms: {_callback_latency_split(since=measured_from)}")
     goal_print("CPU of one task's life, the inbox's processes (net)", total_net / tasks, 10.0,
                unit=" ms", most=True)
 
@@ -258,14 +273,28 @@ def _http_ready(*, base: str, timeout: float = 60) -> None:
                       headers=headers, timeout=30)
 
 
-def _executions_start(*, count: int) -> list[str]:
+def _lives(*, prefix: str, count: int, done_before: int, base: str, takers: int,
+           children: common.Children) -> tuple[list[str], float, int]:
+    """Run count task lives (done_before already ran): start their executions, wait for
+    their tasks, take and complete them through the API, wait for their callbacks; return
+    the executions' ARNs, the seconds until all were queued and the HTTP requests made."""
+    started = time.monotonic()
+    arns = _executions_start(count=count, prefix=prefix)
+    common.tasks_wait(count=done_before + count, timeout=120 + count * 0.2, poll=False)
+    queued = time.monotonic() - started
+    requests_made = _drive(base=base, takers=takers, expected=count)
+    _sent_wait(count=done_before + count, children=children)
+    return arns, queued, requests_made
+
+
+def _executions_start(*, count: int, prefix: str) -> list[str]:
     """Start count executions on the emulator, as the outside world would (not counted)."""
     from processes import aws
     from processes.models import ProcessVersion
 
     machine = ProcessVersion.objects.get(process__name="bench-review").state_machine_arn
-    return [aws.execution_start(state_machine_arn=machine, name=f"cost-{number}",
-                                input={"ref": f"cost-{number}"})
+    return [aws.execution_start(state_machine_arn=machine, name=f"{prefix}-{number}",
+                                input={"ref": f"{prefix}-{number}"})
             for number in range(count)]
 
 
@@ -329,15 +358,16 @@ def _sent_wait(*, count: int, children: common.Children, timeout: float = 180) -
         time.sleep(0.1)
 
 
-def _callback_latency() -> dict[int, float]:
+def _callback_latency(*, since: datetime.datetime) -> dict[int, float]:
     from inbox.models import Outbox
 
     latencies = [(sent - created).total_seconds() * 1000
-                 for created, sent in Outbox.objects.values_list("created_at", "sent_at")]
+                 for created, sent in Outbox.objects.filter(created_at__gte=since)
+                 .values_list("created_at", "sent_at")]
     return {p: percentile(latencies, p) for p in (50, 95, 99)}
 
 
-def _callback_latency_split() -> str:
+def _callback_latency_split(*, since: datetime.datetime) -> str:
     """Where complete -> sent goes, for the rows sent at their first attempt: the undo
     window (created -> due), the sender (due -> claimed: its claim sets next_attempt_at to
     the claim's time plus the lease) and the call (claimed -> SendTaskSuccess returned)."""
@@ -349,7 +379,8 @@ def _callback_latency_split() -> str:
     window = datetime.timedelta(seconds=settings.INBOX_UNDO_SECONDS)
     lease = datetime.timedelta(seconds=_setting("INBOX_CALLBACK_LEASE_SECONDS"))
     late, call = [], []
-    for created, claimed_lease, sent in Outbox.objects.filter(attempts=1).values_list(
+    for created, claimed_lease, sent in Outbox.objects.filter(
+            attempts=1, created_at__gte=since).values_list(
             "created_at", "next_attempt_at", "sent_at"):
         claimed = claimed_lease - lease
         late.append((claimed - (created + window)).total_seconds() * 1000)
