@@ -5,7 +5,7 @@ import functools
 import operator
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Literal
+from typing import Any, Literal
 
 from django.core.exceptions import ValidationError
 from django.db.models import Count, Exists, Min, OuterRef, Q, QuerySet, Sum
@@ -397,4 +397,16 @@ _HISTORY_READ = CompiledRead(
 
 def open_tasks_of_execution(*, execution_arn: str) -> QuerySet[Task]:
     return Task.objects.filter(execution_arn=execution_arn, state__in=OPEN_STATES)
+
+
+def open_task_ids_of_execution(*, execution_arn: str) -> list[Any]:
+    """Return the ids of the execution's open tasks: open_tasks_of_execution's, compiled
+    once (every ended execution's status event reads them, most often to find none)."""
+    return [task.pk for task in _OPEN_IDS_READ.run("all", execution_arn=execution_arn)]
+
+
+_OPEN_IDS_READ = CompiledRead(
+    lambda shape, *, execution_arn: open_tasks_of_execution(
+        execution_arn=execution_arn).only("pk"),
+    execution_arn=Task._meta.get_field("execution_arn"))
 

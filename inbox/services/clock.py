@@ -27,7 +27,7 @@ from config.errors import Conflict, ExternalServiceError
 from inbox.lifecycle import clock_rows_applied, transition, transitions_apply
 from inbox.models import CLOSED_STATES, OPEN_STATES, Task, TaskEvent, TaskState
 from inbox.ratelimit import SENDTASK, rate_take
-from inbox.selectors import open_tasks_of_execution
+from inbox.selectors import open_task_ids_of_execution, open_tasks_of_execution
 from inbox.tokens import token_decrypt
 from processes import aws
 from processes.contract import HEARTBEATS_PER_PERIOD
@@ -395,8 +395,7 @@ def execution_tasks_cancel(*, execution_arn: str, reason: str, system: str) -> i
     other path) is passed over.
     """
     cancelled = 0
-    for task_id in open_tasks_of_execution(execution_arn=execution_arn).values_list(
-            "pk", flat=True):
+    for task_id in open_task_ids_of_execution(execution_arn=execution_arn):
         try:
             transition(task_id=task_id, action="cancel", system=system,
                        reason=f"{reason} Nobody may work on it.")

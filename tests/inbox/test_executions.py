@@ -224,6 +224,27 @@ def test_a_timeline_read_records_the_status_and_a_final_one_stays(review_skill):
     assert Execution.objects.get(pk=execution.pk).status == ExecutionStatus.SUCCEEDED
 
 
+def test_an_ended_execution_without_output_records_sql_null_and_its_error(review_skill):
+    """The status event's record (one statement built once, not the ORM's update) writes
+    what update() wrote: no output is SQL NULL, not JSON null; a running one only checked."""
+    version = make_version()
+    running, failed = (make_execution(version, key) for key in ("INV-10", "INV-11"))
+    stop = timezone.now()
+    assert execution_described_record(execution_arn=running.execution_arn,
+                                      described={"status": "RUNNING"})
+    assert execution_described_record(execution_arn=failed.execution_arn, described={
+        "status": "FAILED", "output": None, "error": "States.Timeout", "cause": "late",
+        "stopDate": stop})
+
+    running.refresh_from_db()
+    assert running.status == ExecutionStatus.RUNNING and running.checked_at is not None
+    assert running.finished_at is None
+    failed.refresh_from_db()
+    assert (failed.status, failed.error, failed.cause, failed.finished_at) == (
+        ExecutionStatus.FAILED, "States.Timeout", "late", stop)
+    assert Execution.objects.filter(pk=failed.pk, output__isnull=True).exists()
+
+
 # The timeline follows a running execution ------------------------------------------------------
 
 
