@@ -316,12 +316,6 @@ INBOX_UNDO_SECONDS = env_int("INBOX_UNDO_SECONDS", 5, minimum=0, maximum=60)
 # applies only while its listening connection is down.
 INBOX_CALLBACKS_MAX_WAIT_SECONDS = env_int("INBOX_CALLBACKS_MAX_WAIT_MS", 250, minimum=10,
                                            maximum=60_000) / 1000
-# How much longer than a row's due time the sender sleeps when the next row falls due
-# later (a decision's, as its undo window closes), so that the rows falling due meanwhile
-# share its round: one claim, one read, one take of the budget, one record (as the
-# intake's INBOX_RECEIVE_WINDOW_MS). A row due at once is never held. 0: to the moment.
-INBOX_CALLBACKS_WINDOW_SECONDS = env_int("INBOX_CALLBACKS_WINDOW_MS", 200, minimum=0,
-                                         maximum=5000) / 1000
 
 # The clock process (manage.py clock_run): the longest it sleeps between sweeps when no
 # deadline is nearer (in milliseconds: a deadline set elsewhere is seen within it), and how

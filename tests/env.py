@@ -36,8 +36,6 @@ _defaults = {
     "INBOX_UNDO_SECONDS": "0",
     # Each poll receives at once, as before the window existed; its own tests open it.
     "INBOX_RECEIVE_WINDOW_MS": "0",
-    # The sender wakes as a row falls due, as before its window existed; its test opens it.
-    "INBOX_CALLBACKS_WINDOW_MS": "0",
     # Playwright's sync API runs an event loop in the test thread.
     "DJANGO_ALLOW_ASYNC_UNSAFE": "true",
 }

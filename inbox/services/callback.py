@@ -96,7 +96,6 @@ DEFAULTS: dict[str, Any] = {
     "INBOX_SENDTASK_MAX_WAIT_SECONDS": 1.0,
     # A fresh row belongs to the callbacks' sender for this long before beat's drain takes it.
     "INBOX_OUTBOX_DRAIN_GRACE_SECONDS": 10,
-    "INBOX_CALLBACKS_WINDOW_SECONDS": 0.2,
     "INBOX_CALLBACK_HISTORY_MAX_EVENTS": 1000,
     # Threads of one drain sending its claimed rows at once (one shared boto3 client).
     "INBOX_CALLBACK_SENDERS": 8,
@@ -557,10 +556,7 @@ class Sender:
             return most
         if due is None:
             return most
-        # Past the row's due time by the window: the rows falling due meanwhile (at a
-        # trickle of decisions, one every few tens of milliseconds) go in one round.
-        return min(most, (due - now).total_seconds()
-                   + _setting("INBOX_CALLBACKS_WINDOW_SECONDS"))
+        return min(most, (due - now).total_seconds())
 
     def close(self) -> None:
         """Wait for the calls still out (botocore's timeouts bound them) and record them;

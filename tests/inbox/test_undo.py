@@ -244,37 +244,6 @@ def test_the_sender_sleeps_out_the_window_then_sends_the_decision_at_once(
     assert execution_wait(execution_arn=task.execution_arn)["status"] == "SUCCEEDED"
 
 
-def test_the_sender_sleeps_past_the_window_by_its_gathering_window_and_sends_them_together(
-    invoice_machine, reviewer, spy, undo_window, clock, settings
-):
-    """Two decisions 0.1 s apart: the sender sleeps until the first falls due plus its
-    window, by which time both are due: one round sends both."""
-    settings.INBOX_CALLBACKS_WINDOW_SECONDS = 0.25
-    first, second = _held(invoice_machine, reviewer), _held(invoice_machine, reviewer)
-    worker.task_complete(worker=reviewer, task_id=first.pk, answer=APPROVE)
-    clock.advance(seconds=0.1)
-    worker.task_complete(worker=reviewer, task_id=second.pk, answer=APPROVE)
-
-    assert outbox_relay(most=60) == pytest.approx(WINDOW - 0.1 + 0.25)
-    assert outbox_relay(most=2) == 2  # at most most, as before
-    clock.advance(seconds=WINDOW - 0.1 + 0.25)
-    assert outbox_relay(most=60) == 0.0
-    assert spy.calls == ["send_task_success", "send_task_success"]
-    assert set(Outbox.objects.values_list("status", flat=True)) == {OutboxStatus.SENT}
-
-
-def test_a_row_due_at_once_is_sent_at_once_whatever_the_window(
-    invoice_machine, reviewer, spy, clock, settings
-):
-    """No undo window: the row is due as written, and the gathering window holds nothing."""
-    settings.INBOX_CALLBACKS_WINDOW_SECONDS = 0.25
-    task = _held(invoice_machine, reviewer)
-    worker.task_complete(worker=reviewer, task_id=task.pk, answer=APPROVE)
-
-    assert outbox_relay(most=60) == 0.0
-    assert spy.calls == ["send_task_success"]
-
-
 # Refusals ----------------------------------------------------------------------------------
 
 
