@@ -161,7 +161,8 @@ REDIS_URL = env_str("REDIS_URL", None)
 if REDIS_URL:
     CACHES = {
         "default": {
-            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            # Django's, each connection pool's client made once (config/cache.py).
+            "BACKEND": "config.cache.RedisCache",
             "LOCATION": REDIS_URL,
         }
     }
