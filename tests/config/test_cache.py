@@ -15,9 +15,12 @@ def cache():
     url = os.environ.get("REDIS_URL")
     if not url:
         pytest.skip("needs Redis: REDIS_URL is not set (CI sets it)")
-    backend = RedisCache(url, {"KEY_PREFIX": f"test-cache-{uuid.uuid4().hex[:8]}"})
+    prefix = f"test-cache-{uuid.uuid4().hex[:8]}"
+    backend = RedisCache(url, {"KEY_PREFIX": prefix})
     yield backend
-    backend.clear()
+    client = backend._cache.get_client(write=True)  # this test's keys only, not FLUSHDB
+    for key in client.scan_iter(match=f"{prefix}:*"):
+        client.delete(key)
 
 
 def test_every_call_shares_one_client_where_django_made_one_each(cache, monkeypatch):

@@ -1078,14 +1078,17 @@ def test_batches_of_permits_never_let_more_than_n_through_a_window():
 
 @pytest.fixture
 def redis_cache():
-    """Django's RedisCache on REDIS_URL (CI's real Redis), on a database of its own key
-    prefix; skipped, with a message, where no Redis is configured."""
+    """Django's RedisCache on REDIS_URL (CI's real Redis), with a key prefix of its own;
+    skipped, with a message, where no Redis is configured."""
     url = os.environ.get("REDIS_URL")
     if not url:
         pytest.skip("needs Redis: REDIS_URL is not set (CI sets it)")
-    cache = RedisCache(url, {"KEY_PREFIX": unique("test-counter")})
+    prefix = unique("test-counter")
+    cache = RedisCache(url, {"KEY_PREFIX": prefix})
     yield cache
-    cache.clear()
+    client = cache._cache.get_client(write=True)  # this test's keys only, not FLUSHDB
+    for key in client.scan_iter(match=f"{prefix}:*"):
+        client.delete(key)
 
 
 def test_a_redis_counter_is_one_round_trip_with_its_expiry(redis_cache, monkeypatch):
