@@ -133,6 +133,29 @@ def clock(monkeypatch) -> Clock:
 
 
 @pytest.fixture
+def redis_cache_of() -> Iterator[Any]:
+    """Return make(backend): a Redis cache of that backend class on REDIS_URL (CI's real
+    Redis) with a key prefix of its own, whose keys (only those: no FLUSHDB of the suite's
+    database) are deleted after the test; skipped, with a message, where no Redis is set."""
+    url = os.environ.get("REDIS_URL")
+    if not url:
+        pytest.skip("needs Redis: REDIS_URL is not set (CI sets it)")
+    made: list[tuple[Any, str]] = []
+
+    def make(backend: type) -> Any:
+        prefix = unique("test-redis")
+        cache = backend(url, {"KEY_PREFIX": prefix})
+        made.append((cache, prefix))
+        return cache
+
+    yield make
+    for cache, prefix in made:
+        client = cache._cache.get_client(write=True)
+        for key in client.scan_iter(match=f"{prefix}:*"):
+            client.delete(key)
+
+
+@pytest.fixture
 def make_user(db):
     """Return a function that creates a user with roles through the real service."""
     counter = iter(range(1, 10_000))

@@ -1,8 +1,6 @@
 """config.cache.RedisCache: Django's Redis cache, each connection pool's client made once."""
 
-import os
 import threading
-import uuid
 
 import pytest
 import redis
@@ -11,16 +9,8 @@ from config.cache import RedisCache
 
 
 @pytest.fixture
-def cache():
-    url = os.environ.get("REDIS_URL")
-    if not url:
-        pytest.skip("needs Redis: REDIS_URL is not set (CI sets it)")
-    prefix = f"test-cache-{uuid.uuid4().hex[:8]}"
-    backend = RedisCache(url, {"KEY_PREFIX": prefix})
-    yield backend
-    client = backend._cache.get_client(write=True)  # this test's keys only, not FLUSHDB
-    for key in client.scan_iter(match=f"{prefix}:*"):
-        client.delete(key)
+def cache(redis_cache_of):
+    return redis_cache_of(RedisCache)
 
 
 def test_every_call_shares_one_client_where_django_made_one_each(cache, monkeypatch):
