@@ -5,7 +5,11 @@ sign-in): each value goes through the converters the ORM would apply to its colu
 backend's, then the field's, e.g. JSON text to Python), then Model.from_db.
 """
 
+import functools
+from collections.abc import Mapping
 from typing import Any
+
+from django.db import connection
 
 
 class ModelRows:
@@ -41,3 +45,37 @@ class ModelRows:
                 value = converter(value, column, connection)
             converted.append(value)
         return self.model.from_db(self.alias, self.names, converted)
+
+
+def update_where(model: type, values: Mapping[str, Any], where: Mapping[str, Any]) -> int:
+    """UPDATE model's rows whose where fields equal where's values, setting values' fields;
+    return how many rows changed.
+
+    QuerySet.filter(**where).update(**values) without its compile on each call (a third
+    of a millisecond of CPU, more than the statement's own cost): the statement is
+    written once per model, set fields and condition fields, and each value prepared by
+    its field as save() and update() prepare it (inbox.bulk.row_update, an ended
+    execution's record). Values only: an SQL expression is refused.
+    """
+    meta = model._meta
+    params = [meta.get_field(name).get_db_prep_save(value, connection)
+              for name, value in values.items()]
+    if any(hasattr(value, "as_sql") for value in params):
+        raise ValueError("update_where writes values, not expressions.")
+    params += [meta.get_field(name).get_db_prep_value(value, connection)
+               for name, value in where.items()]
+    sql = _update_sql(model, connection.vendor, tuple(values), tuple(where))
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.rowcount
+
+
+@functools.cache
+def _update_sql(model: type, vendor: str, fields: tuple[str, ...],
+                where: tuple[str, ...]) -> str:
+    """update_where's statement for model, these set fields and these condition fields."""
+    meta, quote = model._meta, connection.ops.quote_name
+    sets = ", ".join(f"{quote(meta.get_field(name).column)} = %s" for name in fields)
+    tests = " AND ".join(f"{quote(meta.get_field(name).column)} = %s" for name in where)
+    # Only the model's own names are formatted in; every value is a parameter.
+    return f"UPDATE {quote(meta.db_table)} SET {sets} WHERE {tests}"  # noqa: S608

@@ -26,6 +26,8 @@ from collections.abc import Sequence
 
 from django.db import connection, models
 
+from config.rows import update_where
+
 
 def rows_update(model: type[models.Model], rows: Sequence[models.Model],
                 fields: Sequence[str]) -> None:
@@ -134,27 +136,6 @@ def row_update(row: models.Model, fields: Sequence[str], **where: object) -> int
     primary key and, if given, where's columns equal to where's values (the version a
     conditional update was decided on); return how many rows changed (0 or 1)."""
     meta = row._meta
-    columns = [meta.get_field(name) for name in fields]
-    conditions = [meta.get_field(name) for name in where]
-    params = [field.get_db_prep_save(field.pre_save(row, False), connection)
-              for field in columns]
-    if any(hasattr(value, "as_sql") for value in params):
-        raise ValueError("row_update writes values, not expressions.")
-    params.append(meta.pk.get_db_prep_value(row.pk, connection))
-    params += [field.get_db_prep_value(where[field.name], connection) for field in conditions]
-    sql = _row_update_sql(type(row), connection.vendor, tuple(fields), tuple(where))
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        return cursor.rowcount
-
-
-@functools.cache
-def _row_update_sql(model: type[models.Model], vendor: str, fields: tuple[str, ...],
-                    where: tuple[str, ...]) -> str:
-    """row_update's statement for model, these columns and these conditions."""
-    meta, quote = model._meta, connection.ops.quote_name
-    sets = ", ".join(f"{quote(meta.get_field(name).column)} = %s" for name in fields)
-    tests = " AND ".join(f"{quote(field.column)} = %s"
-                         for field in [meta.pk, *(meta.get_field(name) for name in where)])
-    # Only the model's own names are formatted in; every value is a parameter.
-    return f"UPDATE {quote(meta.db_table)} SET {sets} WHERE {tests}"  # noqa: S608
+    return update_where(type(row),
+                        {name: meta.get_field(name).pre_save(row, False) for name in fields},
+                        {meta.pk.name: row.pk, **where})

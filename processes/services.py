@@ -4,7 +4,6 @@ Calls to Step Functions and SQS are slow and can hang for seconds, so every one 
 runs outside database transactions; the transactions here are short and only write rows.
 """
 
-import functools
 import hashlib
 import json
 import logging
@@ -13,12 +12,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from django.conf import settings
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.utils import timezone
 
 from accounts.models import User
 from config.errors import Conflict, ExternalServiceError, InboxError
+from config.rows import update_where
 from processes import aws
 from processes.compiler import Target, compile_spec, state_machine_name
 from processes.models import Execution, ExecutionStatus, Process, ProcessVersion
@@ -491,31 +491,10 @@ def execution_described_record(*, execution_arn: str, described: dict[str, Any])
     """
     changes = {**_changes_described(described=described), "checked_at": timezone.now()}
     # Conditional on RUNNING, as in execution_refresh: a final state recorded first stays.
-    return bool(_running_update(execution_arn=execution_arn, changes=changes))
-
-
-def _running_update(*, execution_arn: str, changes: dict[str, Any]) -> int:
-    """Execution.objects.filter(execution_arn=..., status=RUNNING).update(**changes), its
-    statement built once per set of columns: the ORM's compile of that update was most of
-    the clock's CPU for an ended execution's status event (a py-spy of
-    bench/cost_per_task.py). Each value is prepared by its field, as update() prepares it."""
-    meta, names = Execution._meta, tuple(sorted(changes))
-    params = [meta.get_field(name).get_db_prep_save(changes[name], connection)
-              for name in names]
-    params += [execution_arn, str(ExecutionStatus.RUNNING)]
-    with connection.cursor() as cursor:
-        cursor.execute(_running_update_sql(connection.vendor, names), params)
-        return cursor.rowcount
-
-
-@functools.cache
-def _running_update_sql(vendor: str, names: tuple[str, ...]) -> str:
-    meta, quote = Execution._meta, connection.ops.quote_name
-    sets = ", ".join(f"{quote(meta.get_field(name).column)} = %s" for name in names)
-    # Only the model's own names are formatted in; every value is a parameter.
-    return (f"UPDATE {quote(meta.db_table)} SET {sets} "  # noqa: S608
-            f"WHERE {quote(meta.get_field('execution_arn').column)} = %s "
-            f"AND {quote(meta.get_field('status').column)} = %s")
+    # Written without the ORM's compile of that update on each call: it was most of the
+    # clock's CPU for an ended execution's status event (a py-spy of bench/cost_per_task.py).
+    return bool(update_where(Execution, changes, {"execution_arn": execution_arn,
+                                                  "status": str(ExecutionStatus.RUNNING)}))
 
 
 def _changes_described(*, described: dict[str, Any]) -> dict[str, Any]:
