@@ -264,7 +264,7 @@ def action_api(name: str, service: Callable[..., Task], input_class: type[serial
 
 
 # The worker's actions: each the service it calls, its input and what it does.
-TakeNextApi = action_api("TakeNextApi", worker.task_take_next, TakeNextInput,
+TakeNextApi = action_api("TakeNextApi", worker.task_take_next_shown, TakeNextInput,
                          "Take the next task")
 TaskClaimApi = action_api("TaskClaimApi", worker.task_claim, VersionInput, "Claim a queued task")
 TaskAcceptApi = action_api("TaskAcceptApi", worker.task_accept, VersionInput, "Accept an offer")

@@ -800,17 +800,19 @@ def clock_rows_applied(*, clock: str, due: datetime.datetime, batch: int,
     return len(changed)
 
 
-def take_next_applied(*, worker: User, skill: str | None = None) -> Task | None:
+def take_next_applied(*, worker: User, skill: str | None = None,
+                      history: bool = False) -> Task | None:
     """Apply the take_next row in the database, in one round trip; None if nothing taken.
 
-    PostgreSQL only (the function inbox_take_next_history, migrations 0010, 0012): it
+    PostgreSQL only (the function inbox_take_next_task, migrations 0010, 0012, 0016): it
     checks the worker (active, the worker role), weighs their capacity, picks the candidate
     (SKIP LOCKED, separation of duties), changes it as _hold does, appends its hash-chained
-    event and answers the task's history, in the caller's transaction or its own (its own
-    commits with synchronous_commit off: a crash of the database may forget the last
-    fraction of a second's takes, never a decision after them, whose commit flushes them).
-    The history rides on the task (events_read, which selectors.task_history answers),
-    as JSON text made into events only when something reads it.
+    event and, with history, answers the task's history too, in the caller's transaction
+    or its own (its own commits with synchronous_commit off: a crash of the database may
+    forget the last fraction of a second's takes, never a decision after them, whose
+    commit flushes them). The history rides on the task (events_read, which
+    selectors.task_history answers), as JSON text made into events only when something
+    reads it; without history, whoever reads it later queries it.
     None: nothing taken, for whatever reason (nothing
     waits, at capacity, no pull skill, no worker role); the caller's Python path then says
     why, in the words every other path uses. Elsewhere (SQLite) always None.
@@ -830,9 +832,12 @@ def take_next_applied(*, worker: User, skill: str | None = None) -> Task | None:
             f"SELECT {_ASYNC_COMMIT if alone else ''}"  # noqa: S608
             # The history as JSON text: decoded only when read (_TakenHistory).
             f"{_TAKEN_COLUMNS}, r.taken_history::text "
-            "FROM inbox_take_next_history(%s, %s, %s, %s, %s, %s) r "
+            "FROM inbox_take_next_task(%s, %s, %s, %s, %s, %s, %s, %s) r "
             "JOIN accounts_skill s ON s.id = (r.taken).skill_id",
-            [worker.pk, skill or None, now, worker.email, json.dumps(worker.email), signal])
+            # The moment's isoformat() is the hash's (inbox.history.event_hash), as Python
+            # writes it: the function need not format it again.
+            [worker.pk, skill or None, now, now.isoformat(), worker.email,
+             json.dumps(worker.email), signal, history])
         found = cursor.fetchone()
     if found is None:
         return None
@@ -842,7 +847,8 @@ def take_next_applied(*, worker: User, skill: str | None = None) -> Task | None:
     task.skill = ModelRows.of(Skill, connection).instance(found[len(_TASK_FIELDS):-1],
                                                           connection)
     task.assignee = worker
-    task.events_read = _TakenHistory(found[-1], task_id=task.pk, alias=connection.alias)
+    if history:
+        task.events_read = _TakenHistory(found[-1], task_id=task.pk, alias=connection.alias)
     if signal:
         effects.after_commit(task=task, effects=(*row.all_effects, Effect.SIGNAL))
     changes.info("task %s… %s → %s (%s by %s)", str(task.pk)[:8], row.sources[0],
@@ -857,7 +863,7 @@ _TASK_FIELDS = Task._meta.concrete_fields
 _TAKEN_COLUMNS = ", ".join(
     [f'(r.taken)."{field.column}"' for field in _TASK_FIELDS]
     + [f's."{field.column}"' for field in Skill._meta.concrete_fields])
-# The order of each event's columns in the function's history (migration 0012).
+# The order of each event's columns in the function's history (migrations 0012, 0016).
 HISTORY_COLUMNS = ("id", "version", "action", "from_state", "to_state", "actor_id",
                    "actor_label", "reason", "data", "at", "prev_hash", "hash")
 _EVENT_NAMES = [field.attname for field in TaskEvent._meta.concrete_fields]

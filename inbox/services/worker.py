@@ -46,15 +46,18 @@ class NothingToTake(NotFound):
     code = "queue_empty"
 
 
-def task_take_next(*, worker: User, skill: str | None = None) -> Task:
+def task_take_next(*, worker: User, skill: str | None = None, history: bool = False) -> Task:
     """Give the worker the next queued task of their pull queues: highest priority, oldest.
 
     Concurrent takers never get the same task: candidates are locked with
     SELECT ... FOR UPDATE SKIP LOCKED, so each taker passes over rows another holds. On
     PostgreSQL the database applies the take in one round trip (take_next_applied); when
     it takes nothing, the path below finds out why and says so (or takes what came free).
+    history: the caller shows the task's history (an answer, a page rendered at once), and
+    the database answers it with the take, in the same round trip. Without it nothing
+    reads the history here; whoever shows it later reads it (selectors.task_history).
     """
-    taken = take_next_applied(worker=worker, skill=skill)
+    taken = take_next_applied(worker=worker, skill=skill, history=history)
     if taken is not None:
         return taken
     links = WorkerSkill.objects.filter(worker=worker, skill__dispatch=Dispatch.PULL)
@@ -92,6 +95,11 @@ def task_take_next(*, worker: User, skill: str | None = None) -> Task:
             return transition(task_id=candidate.pk, action="take_next", actor=worker,
                               locked=candidate)
     raise NothingToTake("Nothing is waiting in your queues.")
+
+
+def task_take_next_shown(*, worker: User, skill: str | None = None) -> Task:
+    """task_take_next for an answer that shows the task's history (the API's take)."""
+    return task_take_next(worker=worker, skill=skill, history=True)
 
 
 def task_claim(*, worker: User, task_id: Any, expected_version: int | None = None) -> Task:

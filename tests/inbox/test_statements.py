@@ -5,7 +5,7 @@ token's row with the user's roles (its last use is written at most once a minute
 read once for permission (its skill, holder and the actor's proficiency in the same read),
 the change written conditioned on the version read (no second read, no lock held before
 it), and the history the answer shows. On PostgreSQL take next is one round trip
-(inbox_take_next_history), whose answer holds the history too. The process version's form is
+(inbox_take_next_task), whose answer holds the history too. The process version's form is
 read once per process (deployed versions never change).
 """
 
@@ -57,7 +57,7 @@ def test_take_next_over_the_api_is_two_statements(deployed, api_client, make_tas
     assert answer["state"] == TaskState.IN_PROGRESS
     statements = _statements(queries)
     assert len(statements) == 2, statements
-    assert "inbox_take_next_history" in statements[1]
+    assert "inbox_take_next_task" in statements[1]
     stored = TaskEvent.objects.filter(task_id=answer["id"]).order_by("version")
     assert [(e["version"], e["action"], e["to_state"]) for e in answer["history"]] == [
         (e.version, e.action, e.to_state) for e in stored]

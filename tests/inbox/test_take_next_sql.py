@@ -1,4 +1,4 @@
-"""Take next in one round trip on PostgreSQL (inbox_take_next_history, migrations 0010, 0012).
+"""Take next in one round trip on PostgreSQL (inbox_take_next_task, migrations 0010, 0012, 0016).
 
 The database applies the table's take_next row itself; these tests prove it writes what the
 Python path writes (SQLite's, and PostgreSQL's when the database took nothing): the same
@@ -7,6 +7,7 @@ task row, the same event, the same hash chain, and honours the same rules.
 
 import datetime
 import importlib
+import json
 
 import pytest
 from django.db import connection
@@ -20,7 +21,7 @@ from inbox.services.worker import task_take_next
 
 pytestmark = pytest.mark.postgres
 
-FUNCTION = importlib.import_module("inbox.migrations.0012_take_next_history")
+FUNCTION = importlib.import_module("inbox.migrations.0016_take_next_task")
 
 
 def _written(task: Task) -> dict:
@@ -171,7 +172,7 @@ def test_the_take_answers_the_history_as_stored(make_task, make_worker):
     first = task_take_next(worker=worker)
     task_release(worker=worker, task_id=first.pk)
     with CaptureQueriesContext(connection) as queries:
-        again = task_take_next(worker=worker)
+        again = task_take_next(worker=worker, history=True)
         history = list(task_history(task=again))
     assert len(queries) == 1
     assert again.pk == first.pk
@@ -181,6 +182,30 @@ def test_the_take_answers_the_history_as_stored(make_task, make_worker):
     assert [[getattr(e, name) for name in fields] for e in history] == stored
     assert [e.action for e in history][-3:] == ["take_next", "release", "take_next"]
     assert history[-1].hash == again.chain_head
+
+
+def test_a_take_that_does_not_show_the_history_leaves_it_to_its_reader(make_task,
+                                                                       make_worker):
+    """Without history (the page's take, which redirects; a script's), the function reads
+    no history; whoever shows it later reads the one stored, in one query of its own."""
+    from inbox.selectors import task_history
+
+    worker = make_worker({"invoice-review": 3})
+    make_task(priority=90), make_task(priority=80)
+    with CaptureQueriesContext(connection) as queries:
+        taken = task_take_next(worker=worker)
+    assert len(queries) == 1 and "inbox_take_next_task" in queries[0]["sql"]
+    assert getattr(taken, "events_read", None) is None
+    with CaptureQueriesContext(connection) as queries:
+        history = list(task_history(task=taken))
+    assert len(queries) == 1
+    assert [e.action for e in history] == ["receive", "take_next"]
+    assert history[-1].hash == taken.chain_head
+    with connection.cursor() as cursor:  # The function answers none when not asked.
+        cursor.execute("SELECT (r.taken).priority, r.taken_history FROM "
+                       "inbox_take_next_task(%s, NULL, now(), '', %s, %s, false, false) r",
+                       [worker.pk, worker.email, f'"{worker.email}"'])
+        assert cursor.fetchall() == [(80, None)]
 
 
 def test_the_takes_history_is_made_into_events_only_when_read(make_task, make_worker,
@@ -195,7 +220,7 @@ def test_the_takes_history_is_made_into_events_only_when_read(make_task, make_wo
                         lambda *a, **k: made.append(1) or history_read(*a, **k))
     worker = make_worker({"invoice-review": 3})
     make_task()
-    taken = task_take_next(worker=worker)
+    taken = task_take_next(worker=worker, history=True)
     assert made == []
     with CaptureQueriesContext(connection) as queries:
         first, second = list(task_history(task=taken)), list(task_history(task=taken))
@@ -218,7 +243,20 @@ def test_a_take_with_a_signal_bus_writes_its_signal_row(make_task, make_worker, 
     assert len(callbacks) == 1
 
 
-def test_the_previous_function_stays_for_a_rolling_deploy(make_task, make_worker):
+def test_the_previous_functions_stay_for_a_rolling_deploy(make_task, make_worker):
+    """0012's inbox_take_next_history still answers as the code before 0016 reads it."""
+    worker = make_worker({"invoice-review": 3})
+    task = make_task()
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT (r.taken).id, (r.taken).state, r.taken_history "
+                       "FROM inbox_take_next_history(%s, NULL, now(), %s, %s, false) r",
+                       [worker.pk, worker.email, f'"{worker.email}"'])
+        [(taken, state, history)] = cursor.fetchall()
+    assert (taken, state) == (task.pk, TaskState.IN_PROGRESS)
+    assert [event[2] for event in json.loads(history)] == ["receive", "take_next"]
+
+
+def test_the_first_function_stays_for_a_rolling_deploy(make_task, make_worker):
     """0010's inbox_take_next still answers the row as the code before 0012 reads it."""
     worker = make_worker({"invoice-review": 3})
     task = make_task()
@@ -241,7 +279,7 @@ def test_a_take_alone_commits_without_waiting_for_its_flush(make_task, make_work
     make_task()
     assert not connection.in_atomic_block
     with CaptureQueriesContext(connection) as queries:
-        taken = task_take_next(worker=worker)
+        taken = task_take_next(worker=worker, history=True)
     assert len(queries) == 1
     assert "set_config('synchronous_commit', 'off', true)" in queries[0]["sql"]
     # Committed and visible at once (an asynchronous commit is only a later flush).
