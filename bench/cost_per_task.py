@@ -16,8 +16,11 @@ until 2026-12-03), a Celery worker (prefork, 2 processes), Celery beat, the cloc
 2026-12-04), with the local Step Functions emulator beside them. This script
 (the load driver) starts N executions of a one-human-stage process on the emulator; the
 worker takes their envelopes in (beat's intake poll); once all N tasks are queued, T
-threads take and complete them through the REST API (POST tasks/next/, then
-tasks/<id>/complete/, each thread signed in as its own worker); the sender sends the
+threads take and complete them through the REST API, each thread signed in as its own
+worker: by default (--flow chained) as a reviewer works, each complete asking for the
+next task in the same request (POST tasks/<id>/complete/ with then=next, the pages'
+"Complete and next"), one request per task; --flow separate makes a take (POST
+tasks/next/) and a complete for each, two requests per task; the sender sends the
 callbacks (the Celery worker did, one message per decision, until 2026-12-04) and every
 execution must end SUCCEEDED.
 
@@ -72,6 +75,11 @@ def main() -> None:
                         help="task lives run before the idle window and not counted "
                              "(default 50; 0: none, as before 2026-12-06)")
     parser.add_argument("--quick", action="store_true", help="N=60, W=20, 15 s idle")
+    parser.add_argument("--flow", choices=("chained", "separate"), default="chained",
+                        help="chained (default): each complete asks for the next task "
+                             "(then=next), as the pages' Complete and next does: one "
+                             "request per task; separate: a take, then a complete, two "
+                             "requests per task (this bench's only flow until 2026-12-06)")
     parser.add_argument("--http-server", choices=sorted(WEB_SERVERS), default="asgi",
                         help="asgi (default): production's gunicorn + uvicorn worker on "
                              "config.asgi; wsgi: gunicorn sync workers on config.wsgi")
@@ -90,11 +98,13 @@ def main() -> None:
           common.emulator() as children):
         common.logs_to_file()
         run(tasks=args.tasks, takers=args.takers, idle=args.idle, children=children,
-            py_spy=args.py_spy, http_server=args.http_server, warm_up=args.warm_up)
+            py_spy=args.py_spy, http_server=args.http_server, warm_up=args.warm_up,
+            flow=args.flow)
 
 
 def run(*, tasks: int, takers: int, idle: float, children: common.Children,
-        py_spy: Path | None = None, http_server: str = "asgi", warm_up: int = 0) -> None:
+        py_spy: Path | None = None, http_server: str = "asgi", warm_up: int = 0,
+        flow: str = "chained") -> None:
     from django.core.cache import cache
 
     from config.celery import app
@@ -103,7 +113,9 @@ def run(*, tasks: int, takers: int, idle: float, children: common.Children,
     skill_id = common.process_ready()
     workers_create(takers, skills_of=lambda i: [skill_id], capacity=10, api_tokens=True)
     print(f"Cost per task: {tasks:,} tasks after {warm_up:,} not counted, {takers} HTTP "
-          f"takers, web server {http_server}")
+          f"takers, web server {http_server}, flow {flow} ("
+          + ("each complete takes the next: then=next" if flow == "chained"
+             else "a take, then a complete") + ")")
     machine_print()
     # Left by an interrupted run: stale Celery messages, an intake lock held for minutes.
     app.control.purge()
@@ -132,7 +144,7 @@ def run(*, tasks: int, takers: int, idle: float, children: common.Children,
         # imported at its first use, the web's pool of connections grown, statements
         # prepared by PostgreSQL after their fifth run) is not a cost per task.
         warm, _, _ = _lives(prefix="warm", count=warm_up, done_before=0, base=base,
-                            takers=takers, children=children)
+                            takers=takers, children=children, flow=flow)
         common.executions_check(warm)
     # Let every process finish starting (imports, first beat ticks) before the idle window.
     time.sleep(5)
@@ -149,7 +161,8 @@ def run(*, tasks: int, takers: int, idle: float, children: common.Children,
     started = time.monotonic()
     measured_from = datetime.datetime.now(datetime.UTC)
     arns, queued, requests_made = _lives(prefix="cost", count=tasks, done_before=warm_up,
-                                         base=base, takers=takers, children=children)
+                                         base=base, takers=takers, children=children,
+                                         flow=flow)
     elapsed = time.monotonic() - started
     after = _cpu(children)
     pg_after = _postgres_cpu()
@@ -181,8 +194,10 @@ def run(*, tasks: int, takers: int, idle: float, children: common.Children,
           + ", ".join(f"p{p} {value:.0f}"
                       for p, value in _callback_latency(since=measured_from).items()))
     print(f"  of which, ms: {_callback_latency_split(since=measured_from)}")
-    goal_print("CPU of one task's life, the inbox's processes (net)", total_net / tasks, 10.0,
-               unit=" ms", most=True)
+    said = ("each complete taking the next" if flow == "chained"
+            else "a take and a complete apart")
+    goal_print(f"CPU of one task's life, the inbox's processes (net), {said}",
+               total_net / tasks, 10.0, unit=" ms", most=True)
 
 
 SAMPLED = ("gunicorn", "celery worker", "clock", "sender")
@@ -274,7 +289,7 @@ def _http_ready(*, base: str, timeout: float = 60) -> None:
 
 
 def _lives(*, prefix: str, count: int, done_before: int, base: str, takers: int,
-           children: common.Children) -> tuple[list[str], float, int]:
+           children: common.Children, flow: str) -> tuple[list[str], float, int]:
     """Run count task lives (done_before already ran): start their executions, wait for
     their tasks, take and complete them through the API, wait for their callbacks; return
     the executions' ARNs, the seconds until all were queued and the HTTP requests made."""
@@ -282,7 +297,7 @@ def _lives(*, prefix: str, count: int, done_before: int, base: str, takers: int,
     arns = _executions_start(count=count, prefix=prefix)
     common.tasks_wait(count=done_before + count, timeout=120 + count * 0.2, poll=False)
     queued = time.monotonic() - started
-    requests_made = _drive(base=base, takers=takers, expected=count)
+    requests_made = _drive(base=base, takers=takers, expected=count, flow=flow)
     _sent_wait(count=done_before + count, children=children)
     return arns, queued, requests_made
 
@@ -298,37 +313,53 @@ def _executions_start(*, count: int, prefix: str) -> list[str]:
             for number in range(count)]
 
 
-def _drive(*, base: str, takers: int, expected: int) -> int:
-    """Take and complete tasks through the API with takers threads until none is left."""
+def _drive(*, base: str, takers: int, expected: int, flow: str = "chained") -> int:
+    """Take and complete tasks through the API with takers threads until none is left.
+
+    flow "chained": each complete asks for the next task (then=next), as the pages'
+    "Complete and next" does: one request per task after each thread's first take.
+    "separate": a take (POST tasks/next/), then a complete, two requests per task.
+    """
     import requests
 
     done: list[int] = []
+    completes: list[int] = []
     errors: list[str] = []
+    then = {"then": "next"} if flow == "chained" else {}
 
     def taker(number: int) -> None:
         session = requests.Session()
         session.headers["Authorization"] = f"Token {api_token('worker', number)}"
-        made = 0
+        made = finished_count = 0
         try:
+            task = None
             while True:
-                taken = session.post(f"{base}/api/inbox/tasks/next/",
-                                     json={"skill": common.SKILL}, timeout=30)
-                made += 1
-                if taken.status_code == 404:
-                    break
-                if taken.status_code != 200:
-                    raise RuntimeError(f"take next: HTTP {taken.status_code} {taken.text[:200]}")
-                task = taken.json()
+                if task is None:
+                    taken = session.post(f"{base}/api/inbox/tasks/next/",
+                                         json={"skill": common.SKILL}, timeout=30)
+                    made += 1
+                    if taken.status_code == 404:
+                        break
+                    if taken.status_code != 200:
+                        raise RuntimeError(f"take next: HTTP {taken.status_code} "
+                                           f"{taken.text[:200]}")
+                    task = taken.json()
                 finished = session.post(f"{base}/api/inbox/tasks/{task['id']}/complete/",
                                         json={"answer": {"decision": "approve"},
-                                              "version": task["version"]}, timeout=30)
+                                              "version": task["version"], **then},
+                                        timeout=30)
                 made += 1
                 if finished.status_code != 200:
                     raise RuntimeError(f"complete: HTTP {finished.status_code} "
                                        f"{finished.text[:200]}")
+                finished_count += 1
+                # Chained: the next task came with the answer (None: nothing was left,
+                # and a take of its own finds out, as in the separate flow).
+                task = finished.json().get("next")
         except Exception as exc:
             errors.append(f"taker {number}: {exc}")
         done.append(made)
+        completes.append(finished_count)
 
     threads = [threading.Thread(target=taker, args=(n,)) for n in range(takers)]
     for thread in threads:
@@ -337,9 +368,8 @@ def _drive(*, base: str, takers: int, expected: int) -> int:
         thread.join()
     if errors:
         raise RuntimeError("; ".join(errors))
-    completed = sum(done) - takers  # each taker's last request was the empty take
-    if completed != 2 * expected:
-        raise RuntimeError(f"{completed // 2} tasks completed through the API, {expected} "
+    if sum(completes) != expected:
+        raise RuntimeError(f"{sum(completes)} tasks completed through the API, {expected} "
                            "expected")
     return sum(done)
 

@@ -206,9 +206,22 @@ class TaskActionApi(WorkerApi):
             arguments["expected_version"] = arguments.pop("version")
         if task_id is not None:
             arguments["task_id"] = task_id
+        then = arguments.pop("then", None)
         task = self.service(**arguments)
         # The service read the task through access_task: answer the row it changed.
-        return Response(task_detail_data(task))
+        answer = task_detail_data(task)
+        if then == "next":
+            answer.update(_next_data(request.user))
+        return Response(answer)
+
+
+def _next_data(user: Any) -> dict[str, Any]:
+    """The next task, taken after a decision that asked for it (then=next), as the page's
+    "Complete and next" takes it: the decision is committed whatever the take finds."""
+    try:
+        return {"next": task_detail_data(worker.task_take_next(worker=user, history=True))}
+    except InboxError as exc:  # Nothing waits, at capacity...: the decision stands.
+        return {"next": None, "next_detail": exc.message}
 
 
 class QueueListApi(WorkerApi):
@@ -249,17 +262,41 @@ class TaskReleaseInput(VersionInput):
     reason = serializers.CharField(max_length=REASON_MAX_CHARS, required=False, allow_blank=True)
 
 
+THEN_HELP = ('"next": then take the next task of my pull queues, in the same request (as '
+             'the page\'s "Complete and next" does); the answer holds it as "next".')
+
+
 class TaskCompleteInput(VersionInput):
     answer = serializers.JSONField(help_text="The form's fields and their values.")
+    then = serializers.ChoiceField(choices=["next"], required=False, help_text=THEN_HELP)
+
+
+class TaskRejectInput(ReasonInput):
+    then = serializers.ChoiceField(choices=["next"], required=False, help_text=THEN_HELP)
+
+
+class TaskDecisionSerializer(TaskDetailSerializer):
+    """A decision's answer: the task decided, and with then=next, the next task."""
+
+    next = TaskDetailSerializer(
+        required=False, allow_null=True,
+        help_text='With then=next: the task taken next; null when none could be taken.')
+    next_detail = serializers.CharField(
+        required=False, help_text="With then=next and no next task: why none was taken.")
+
+    class Meta:
+        ref_name = "TaskDecision"
 
 
 def action_api(name: str, service: Callable[..., Task], input_class: type[serializers.Serializer],
                summary: str, *, errors: tuple[int, ...] = (404, 409),
-               base: type[TaskActionApi] = TaskActionApi) -> type[TaskActionApi]:
+               base: type[TaskActionApi] = TaskActionApi,
+               answer: type[serializers.Serializer] = TaskDetailSerializer
+               ) -> type[TaskActionApi]:
     """Return the API view class of one task action, described in the OpenAPI schema."""
     view = type(name, (base,), {"service": staticmethod(service), "input_class": input_class,
                                 "__module__": __name__, "__doc__": summary})
-    responses = {200: TaskDetailSerializer, **dict.fromkeys(errors, ErrorSerializer)}
+    responses = {200: answer, **dict.fromkeys(errors, ErrorSerializer)}
     return extend_schema(request=input_class, responses=responses, summary=summary)(view)
 
 
@@ -273,9 +310,11 @@ TaskDeclineApi = action_api("TaskDeclineApi", worker.task_decline, ReasonInput,
 TaskReleaseApi = action_api("TaskReleaseApi", worker.task_release, TaskReleaseInput,
                             "Release a held task")
 TaskCompleteApi = action_api("TaskCompleteApi", worker.task_complete, TaskCompleteInput,
-                             "Complete a held task with an answer", errors=(400, 404, 409))
-TaskRejectApi = action_api("TaskRejectApi", worker.task_reject, ReasonInput,
-                           "Reject a held task")
+                             "Complete a held task with an answer (and take the next)",
+                             errors=(400, 404, 409), answer=TaskDecisionSerializer)
+TaskRejectApi = action_api("TaskRejectApi", worker.task_reject, TaskRejectInput,
+                           "Reject a held task (and take the next)",
+                           answer=TaskDecisionSerializer)
 TaskUndoApi = action_api(
     "TaskUndoApi", worker.task_undo, VersionInput,
     "Undo my complete or reject within INBOX_UNDO_SECONDS (before it is sent)")

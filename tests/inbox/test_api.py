@@ -129,3 +129,61 @@ def test_the_answers_plain_dicts_are_what_the_serializers_describe(make_task, ma
         assert sent(task_data(task)) == sent(TaskSerializer(task).data)
         assert json.loads(sent(task_data(task)))["clocks"]["entered_at"].endswith("Z")
     assert list(task_detail_data(queued)["input"]) == ["z", "a", "m"]
+
+
+def test_complete_then_next_answers_the_next_task_in_the_same_request(api, make_task,
+                                                                      make_worker):
+    """then=next, as the page's "Complete and next": the decision, then the next take."""
+    from inbox.models import Task
+
+    worker = make_worker({"invoice-review": 3})
+    make_task(priority=90), make_task(priority=80)
+    client = api(worker)
+    task = client.post("/api/inbox/tasks/next/", {}, format="json").json()
+    done = client.post(f"/api/inbox/tasks/{task['id']}/complete/",
+                       {"answer": {"decision": "approve"}, "version": task["version"],
+                        "then": "next"}, format="json")
+    assert done.status_code == 200, done.json()
+    answer = done.json()
+    assert (answer["id"], answer["state"]) == (task["id"], TaskState.COMPLETING)
+    following = answer["next"]
+    assert following["id"] != task["id"] and following["priority"] == 80
+    assert following["state"] == TaskState.IN_PROGRESS
+    assert following["assignee"] == worker.email
+    assert [e["action"] for e in following["history"]] == ["receive", "take_next"]
+    assert Task.objects.get(pk=following["id"]).assignee == worker
+    # The last one: the decision stands, and the answer says why nothing came next.
+    last = client.post(f"/api/inbox/tasks/{following['id']}/complete/",
+                       {"answer": {"decision": "approve"}, "then": "next"}, format="json")
+    assert last.status_code == 200, last.json()
+    assert last.json()["state"] == TaskState.COMPLETING
+    assert last.json()["next"] is None
+    assert last.json()["next_detail"] == "Nothing is waiting in your queues."
+
+
+def test_reject_then_next_and_a_plain_complete_takes_nothing(api, make_task, make_worker):
+    worker = make_worker({"invoice-review": 3})
+    make_task(priority=90), make_task(priority=80), make_task(priority=70)
+    client = api(worker)
+    task = client.post("/api/inbox/tasks/next/", {}, format="json").json()
+    rejected = client.post(f"/api/inbox/tasks/{task['id']}/reject/",
+                           {"reason": "Not an invoice.", "then": "next"}, format="json")
+    assert rejected.status_code == 200, rejected.json()
+    assert rejected.json()["next"]["priority"] == 80
+    plain = client.post(f"/api/inbox/tasks/{rejected.json()['next']['id']}/complete/",
+                        {"answer": {"decision": "approve"}}, format="json").json()
+    assert "next" not in plain and "next_detail" not in plain
+    assert client.get("/api/inbox/queues/").json()[0]["waiting"] == 1
+
+
+def test_then_accepts_only_next(api, make_task, make_worker):
+    worker = make_worker({"invoice-review": 3})
+    make_task()
+    client = api(worker)
+    task = client.post("/api/inbox/tasks/next/", {}, format="json").json()
+    response = client.post(f"/api/inbox/tasks/{task['id']}/complete/",
+                           {"answer": {"decision": "approve"}, "then": "home"}, format="json")
+    assert response.status_code == 400
+    assert "then" in response.json()["errors"]
+    assert client.get(f"/api/inbox/tasks/{task['id']}/").json()["state"] == (
+        TaskState.IN_PROGRESS)

@@ -85,6 +85,28 @@ def test_complete_over_the_api_reads_its_task_once_and_writes_three_rows(
     assert statements[2].startswith('UPDATE "inbox_task"') and '"version" = ' in statements[2]
 
 
+@pytest.mark.postgres
+def test_complete_then_next_over_the_api_adds_only_the_take(deployed, api_client,
+                                                             make_task, make_worker):
+    """A decision and the next take in one request: the complete's six statements, then
+    the take's one (its answer holds the next task's history)."""
+    worker = make_worker({"invoice-review": 3})
+    client = api_client(worker, scope="work")
+    _warm(client, make_task)
+    make_task()
+    task = client.post("/api/inbox/tasks/next/", {}, format="json").json()
+    with CaptureQueriesContext(connection) as queries:
+        response = client.post(f"/api/inbox/tasks/{task['id']}/complete/",
+                               {"answer": {"decision": "approve"}, "then": "next"},
+                               format="json")
+    assert response.status_code == 200, response.json()
+    assert response.json()["next"]["state"] == TaskState.IN_PROGRESS
+    statements = _statements(queries)
+    assert len(statements) == 7, statements
+    assert statements[2].startswith('UPDATE "inbox_task"')
+    assert "inbox_take_next_task" in statements[6]
+
+
 @pytest.mark.parametrize("action", ["accept", "decline", "release"])
 def test_a_workers_transition_is_at_most_three_statements(action, make_task, make_worker,
                                                           check_skill):
