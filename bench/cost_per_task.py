@@ -85,8 +85,8 @@ def main() -> None:
                              "config.asgi; wsgi: gunicorn sync workers on config.wsgi")
     parser.add_argument("--py-spy", type=Path, metavar="DIR", dest="py_spy",
                         help="sample the web's, the Celery worker's, the clock's and the "
-                             "sender's process trees with py-spy during the run (pip install "
-                             "py-spy), write each one's stacks to DIR and print their "
+                             "sender's process trees with py-spy during the run "
+                             "(requirements-dev.txt), write each one's stacks to DIR and print their "
                              "costliest frames; sampling costs CPU, so that run's CPU "
                              "figures are not results")
     args = parser.parse_args()
@@ -210,7 +210,8 @@ def _samplers_start(directory: Path, children: common.Children) -> dict[str, tup
 
     spy = shutil.which("py-spy") or str(Path(common.PYTHON).parent / "py-spy")
     if not Path(spy).exists():
-        raise SystemExit("--py-spy needs py-spy: .venv/bin/pip install py-spy")
+        raise SystemExit("--py-spy needs py-spy (requirements-dev.txt): "
+                         ".venv/bin/pip install -r requirements-dev.txt")
     directory.mkdir(parents=True, exist_ok=True)
     samplers = {}
     for name in SAMPLED:
