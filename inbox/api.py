@@ -211,15 +211,17 @@ class TaskActionApi(WorkerApi):
         # The service read the task through access_task: answer the row it changed.
         answer = task_detail_data(task)
         if then == "next":
-            answer.update(_next_data(request.user))
+            answer.update(_next_data(request.user, task))
         return Response(answer)
 
 
-def _next_data(user: Any) -> dict[str, Any]:
+def _next_data(user: Any, decided: Task) -> dict[str, Any]:
     """The next task, taken after a decision that asked for it (then=next), as the page's
-    "Complete and next" takes it: the decision is committed whatever the take finds."""
+    "Complete and next" takes it: the decision is committed whatever the take finds. A
+    retried decision answers what its first request took (task_take_next_after)."""
     try:
-        return {"next": task_detail_data(worker.task_take_next(worker=user, history=True))}
+        taken = worker.task_take_next_after(worker=user, decided=decided, history=True)
+        return {"next": task_detail_data(taken)}
     except InboxError as exc:  # Nothing waits, at capacity...: the decision stands.
         return {"next": None, "next_detail": exc.message}
 

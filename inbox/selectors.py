@@ -318,6 +318,27 @@ def my_tasks(*, user: User) -> QuerySet[Task]:
     )
 
 
+# The worker's decisions after which the pages and the API may take the next task.
+DECISIONS = ("complete", "reject")
+
+
+def task_taken_after(*, user: User, task: Task) -> Any | None:
+    """Return the id of the task the user took next after their latest decision on task
+    (a "Complete and next"), if they still have it in progress; else None.
+
+    What a retried decision's first request took: the user's held tasks (at most their
+    capacity) whose take_next by them came at or after the decision.
+    """
+    decided = (TaskEvent.objects.filter(task=task, actor=user, action__in=DECISIONS)
+               .order_by("-version").values_list("at", flat=True).first())
+    if decided is None:
+        return None
+    held = Task.objects.filter(assignee=user, state=TaskState.IN_PROGRESS).exclude(pk=task.pk)
+    return (TaskEvent.objects.filter(task__in=held, actor=user, action="take_next",
+                                     at__gte=decided)
+            .order_by("at", "version").values_list("task_id", flat=True).first())
+
+
 @dataclass(frozen=True)
 class Undoable:
     """A decision its worker may still take back: the task, and when it is sent."""

@@ -103,8 +103,10 @@ def _open_next(request: HttpRequest, task: Task) -> HttpResponse:
     # First (the page is rendered here when it swaps in place): see inbox.live.live_url.
     stream = live_url() if _swapping(request) else ""
     try:
-        # The history is read with the take only when the page is rendered here.
-        task = worker.task_take_next(worker=request.user, history=_swapping(request))
+        # The history is read with the take only when the page is rendered here. A
+        # retried decision opens what its first request took, never a second task.
+        task = worker.task_take_next_after(worker=request.user, decided=task,
+                                           history=_swapping(request))
     except (worker.NothingToTake, Conflict):
         held = my_tasks(user=request.user).first()
         if held is not None:

@@ -32,6 +32,7 @@ from inbox.selectors import (
     eligibility_problem,
     excluded_by_separation,
     task_form,
+    task_taken_after,
     worker_load,
     worker_lock,
 )
@@ -97,6 +98,22 @@ def task_take_next(*, worker: User, skill: str | None = None, history: bool = Fa
     raise NothingToTake("Nothing is waiting in your queues.")
 
 
+def task_take_next_after(*, worker: User, decided: Task, history: bool = False) -> Task:
+    """The next task after the worker's decision on decided ("Complete and next"): taken
+    now, or, when the decision was a retried request's (a lost response, a double click:
+    task_complete and task_reject answer the decision made before), the task that request
+    took, if the worker still has it in progress. A retry never takes a second task:
+    NothingToTake when the first took none or no longer holds it.
+    """
+    if not getattr(decided, "decided_before", False):
+        return task_take_next(worker=worker, history=history)
+    taken = task_taken_after(user=worker, task=decided)
+    if taken is None:
+        raise NothingToTake("This decision was made before; nothing taken after it is "
+                            "still yours.")
+    return access_task(user=worker, task_id=taken)
+
+
 def task_take_next_shown(*, worker: User, skill: str | None = None) -> Task:
     """task_take_next for an answer that shows the task's history (the API's take)."""
     return task_take_next(worker=worker, skill=skill, history=True)
@@ -156,6 +173,7 @@ def task_complete(*, worker: User, task_id: Any, answer: Any,
         # A retried request (lost response, double click) with the same answer: the
         # decision stands, once; answer it as it was answered the first time.
         if _decided_before(task, worker=worker, states=_COMPLETED, answer=cleaned):
+            task.decided_before = True  # task_take_next_after takes nothing more for it.
             return task
         raise
 
@@ -171,7 +189,8 @@ def task_reject(*, worker: User, task_id: Any, reason: str,
         raise
     except Conflict:
         if _decided_before(task, worker=worker, states=_REJECTED, reason=reason):
-            return task  # A retried request: see task_complete.
+            task.decided_before = True  # A retried request: see task_complete.
+            return task
         raise
 
 

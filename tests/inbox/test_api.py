@@ -187,3 +187,31 @@ def test_then_accepts_only_next(api, make_task, make_worker):
     assert "then" in response.json()["errors"]
     assert client.get(f"/api/inbox/tasks/{task['id']}/").json()["state"] == (
         TaskState.IN_PROGRESS)
+
+
+def test_a_retried_complete_then_next_answers_the_same_next_task(api, make_task, make_worker):
+    """A lost response retried: the decision stands once, and the next task is the one the
+    first request took; no second task is taken."""
+    from inbox.models import Task
+
+    worker = make_worker({"invoice-review": 3})
+    make_task(priority=90), make_task(priority=80), make_task(priority=70)
+    client = api(worker)
+    task = client.post("/api/inbox/tasks/next/", {}, format="json").json()
+    body = {"answer": {"decision": "approve"}, "version": task["version"], "then": "next"}
+    first = client.post(f"/api/inbox/tasks/{task['id']}/complete/", body, format="json")
+    again = client.post(f"/api/inbox/tasks/{task['id']}/complete/", body, format="json")
+    assert first.status_code == again.status_code == 200, again.json()
+    assert again.json()["state"] == TaskState.COMPLETING
+    assert again.json()["next"]["id"] == first.json()["next"]["id"]
+    assert again.json()["next"]["priority"] == 80
+    held = Task.objects.filter(assignee=worker, state=TaskState.IN_PROGRESS)
+    assert [t.priority for t in held] == [80]
+    # Once the next task is no longer held, a retry takes nothing in its place.
+    client.post(f"/api/inbox/tasks/{first.json()['next']['id']}/release/", {},
+                format="json")
+    late = client.post(f"/api/inbox/tasks/{task['id']}/complete/", body, format="json")
+    assert late.status_code == 200
+    assert late.json()["next"] is None
+    assert "made before" in late.json()["next_detail"]
+    assert not Task.objects.filter(assignee=worker, state=TaskState.IN_PROGRESS).exists()

@@ -256,6 +256,23 @@ def test_complete_and_next_opens_the_next_task(make_task, worker, browser_for):
     assert first.answer == {"decision": "approve", "comment": None}
 
 
+def test_a_double_clicked_complete_and_next_takes_one_next_task(make_task, worker,
+                                                                browser_for):
+    """The second post (a double click, a lost response) is the same decision: it opens
+    the task the first one took, and takes no other."""
+    make_task(title="first", priority=90), make_task(title="second", priority=80)
+    make_task(title="third", priority=70)
+    first = task_take_next(worker=worker)
+    posted = {"decision": "approve", "version": first.version, "then": "next"}
+    browser = browser_for(worker)
+    once = browser.post(f"/tasks/{first.pk}/complete/", posted)
+    twice = browser.post(f"/tasks/{first.pk}/complete/", posted)
+    second = held(worker)  # the one task held: held() fails on two
+    assert second.title == "second"
+    assert once["Location"] == twice["Location"] == f"/tasks/{second.pk}/"
+    assert Task.objects.get(title="third").state == TaskState.QUEUED
+
+
 def test_complete_and_next_of_the_last_task_goes_home_with_a_message(make_task, worker,
                                                                      browser_for):
     make_task()
