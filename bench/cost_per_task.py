@@ -86,9 +86,9 @@ def main() -> None:
     parser.add_argument("--py-spy", type=Path, metavar="DIR", dest="py_spy",
                         help="sample the web's, the Celery worker's, the clock's and the "
                              "sender's process trees with py-spy during the run "
-                             "(requirements-dev.txt), write each one's stacks to DIR and print their "
-                             "costliest frames; sampling costs CPU, so that run's CPU "
-                             "figures are not results")
+                             "(requirements-dev.txt), write each one's stacks to DIR and "
+                             "print their costliest frames; sampling costs CPU, so that "
+                             "run's CPU figures are not results")
     args = parser.parse_args()
     if args.quick:
         args.tasks, args.idle, args.warm_up = 60, 15, min(args.warm_up, 20)

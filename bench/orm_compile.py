@@ -64,7 +64,8 @@ def run(args: argparse.Namespace) -> list[list[str]]:
     from django.utils import timezone
 
     from accounts.models import User, WorkerSkill
-    from inbox.bulk import _row_insert_sql, _row_update_sql, row_insert, row_update
+    from config.rows import _update_sql
+    from inbox.bulk import _row_insert_sql, row_insert, row_update
     from inbox.lifecycle import _LOCKED_WITH_PROFICIENCY
     from inbox.models import Task, TaskEvent
     from inbox.selectors import (
@@ -129,8 +130,8 @@ def run(args: argparse.Namespace) -> list[list[str]]:
 
     def update_alone() -> None:
         with connection.cursor() as cursor:
-            cursor.execute(_row_update_sql(Task, connection.vendor, tuple(fields),
-                                           ("version",)), update_params)
+            cursor.execute(_update_sql(Task, connection.vendor, tuple(fields),
+                                       (Task._meta.pk.name, "version")), update_params)
 
     versions = iter(range(1_000, 10**9))
 

@@ -15,10 +15,15 @@ used (user + system, from /proc: the server runs on this machine) over --calls t
 3. + the worker's row lock (active, the worker role), as the real function begins;
 4. + the weighted capacity sum over the tasks the worker holds;
 5. + the hash-chained event (the SHA-256 of the previous head and the change);
-6. the migration's function itself (inbox_take_next_history: + the separation-of-duties
-   test and the history answered as JSON), only the task's id read;
+6. the migration's function itself (inbox_take_next_task, migration 0016: + the
+   separation-of-duties test), only the task's id read, no history asked (as the page's
+   take and a script's call it);
 7. the statement inbox.lifecycle.take_next_applied runs: the task's 45 columns and its
-   skill joined, and the history.
+   skill joined;
+8. the same with the history asked for and answered as JSON (the API's take).
+
+Pieces 3 to 5 are cut from migration 0012's function, whose statements 0016 keeps (0016
+formats the moments once and reads the history only when asked).
 
 Every take takes a task never taken before (no history grows between variants) by a worker
 holding 0 to 49 tasks, as the closed loop's workers do on average; the variants take
@@ -27,6 +32,7 @@ median over rounds is printed with the spread.
 """
 
 import argparse
+import datetime
 import statistics
 import sys
 import time
@@ -89,8 +95,11 @@ $$;
 """
 PIECE_CALL = ("SELECT (r.taken).id FROM pg_temp.take_piece(%(worker)s, %(skill)s, now(), "
               "%(label)s, %(label_json)s) r")
-FUNCTION_CALL = ("SELECT (r.taken).id FROM inbox_take_next_history(%(worker)s, NULL, now(), "
-                 "%(label)s, %(label_json)s, false) r")
+# The migration's function (0016) as inbox.lifecycle.take_next_applied calls it: the moment
+# and its isoformat() from the caller; the history only when asked.
+FUNCTION = ("inbox_take_next_task(%(worker)s, NULL, %(now)s, %(now_iso)s, %(label)s, "
+            "%(label_json)s, false, {history}) r")
+FUNCTION_CALL = "SELECT (r.taken).id FROM " + FUNCTION.format(history="false")
 
 
 def _statement(function: str, start: str, end: str) -> str:
@@ -129,12 +138,15 @@ def variants_build() -> list[tuple[str, str | None, str]]:
          PIECE_CALL),
         ("5. + the hash-chained event",
          HEAD + lock + capacity + PICK + hashed + UPDATE + event + TAIL, PIECE_CALL),
-        ("6. inbox_take_next_history (+ separation of duties, history)", None,
-         FUNCTION_CALL),
+        ("6. inbox_take_next_task (+ separation of duties)", None, FUNCTION_CALL),
         ("7. as take_next_applied runs it (45 columns, the skill joined)", None,
-         f"SELECT {_TAKEN_COLUMNS}, r.taken_history "  # the models' own column names
-         "FROM inbox_take_next_history(%(worker)s, NULL, now(), %(label)s, "
-         "%(label_json)s, false) r JOIN accounts_skill s ON s.id = (r.taken).skill_id"),
+         f"SELECT {_TAKEN_COLUMNS}, r.taken_history::text "  # the models' own column names
+         f"FROM {FUNCTION.format(history='false')} "
+         "JOIN accounts_skill s ON s.id = (r.taken).skill_id"),
+        ("8. + the history, as the API's take asks for it", None,
+         f"SELECT {_TAKEN_COLUMNS}, r.taken_history::text "
+         f"FROM {FUNCTION.format(history='true')} "
+         "JOIN accounts_skill s ON s.id = (r.taken).skill_id"),
     ]
 
 
@@ -191,8 +203,10 @@ def run(args: argparse.Namespace) -> None:
                 started = _backend_cpu_ms(cursor)
                 for _ in range(args.calls):
                     worker = ids[next(order) // TAKES_PER_WORKER]
+                    now = datetime.datetime.now(datetime.UTC)
                     params = {"worker": worker, "skill": skill_of[worker],
-                              "label": emails[worker], "label_json": f'"{emails[worker]}"'}
+                              "label": emails[worker], "label_json": f'"{emails[worker]}"',
+                              "now": now, "now_iso": now.isoformat()}
                     if cursor.execute(statement, params).fetchone() is None:
                         raise SystemExit(f"{name}: nothing taken (worker {worker})")
                 samples[name].append((_backend_cpu_ms(cursor) - started) / args.calls)
