@@ -35,7 +35,7 @@ from config.compiled import CompiledRead
 from config.errors import Conflict, InboxError, NotFound
 from config.rows import ModelRows
 from inbox import effects, lifecycle_sql
-from inbox.bulk import row_insert, row_update, rows_insert, rows_update
+from inbox.bulk import row_update, rows_insert, rows_insert_each, rows_update
 from inbox.effects import Effect
 from inbox.history import event_new, event_save
 from inbox.models import (
@@ -578,10 +578,12 @@ def _apply(row: Transition, *, task_id: Any, actor: User | None, system: str,
 
 def _written(row: Transition, applied: "_Applied", step: Step) -> None:
     """Write what goes with a task's change (its row written): event, passes, outbox row."""
-    event_save(applied.event)
-    passes_write(step.passes, now=step.now)
     if applied.outbox is not None:
-        row_insert(applied.outbox)
+        # A decision's event and outbox row: one round trip on PostgreSQL.
+        rows_insert_each(applied.event, applied.outbox)
+    else:
+        event_save(applied.event)
+    passes_write(step.passes, now=step.now)
     _after_commit(row, applied, now=step.now)
 
 

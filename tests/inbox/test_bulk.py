@@ -1,6 +1,7 @@
 """rows_update writes many rows' columns in one statement, as save() would write each;
 rows_insert writes new rows in one statement, as bulk_create writes them; row_insert and
-row_update write one row as save() does, in a statement written once."""
+row_update write one row as save() does, in a statement written once; rows_insert_each
+writes rows of several tables as row_insert writes each, in one round trip on PostgreSQL."""
 
 import datetime
 import secrets
@@ -11,7 +12,7 @@ from django.db import DataError, connection, transaction
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from inbox.bulk import row_insert, row_update, rows_insert, rows_update
+from inbox.bulk import row_insert, row_update, rows_insert, rows_insert_each, rows_update
 from inbox.models import Outbox, Task, TaskEvent
 
 FIELDS = ["priority", "work_deadline", "answer", "assignee", "reason"]
@@ -168,6 +169,42 @@ def test_row_insert_writes_what_save_writes_and_sets_the_key_the_database_made(m
                     next_attempt_at=timezone.now())
     row_insert(outbox)
     assert Outbox.objects.filter(pk=outbox.pk, output__isnull=True).exists()
+
+
+def test_rows_insert_each_writes_what_row_insert_writes_and_sets_each_key(make_task):
+    """A transition's event and outbox row: one statement on PostgreSQL, one each elsewhere;
+    the same rows either way, each key the database made set on its row."""
+    task = make_task()
+    alone_event, event = _event(task, 90), _event(task, 91)
+    row_insert(alone_event)
+    outbox = Outbox(task=task, decision_version=91, kind="success", output={"ok": True},
+                    next_attempt_at=timezone.now())
+    [copy] = _copies([task])  # a row whose key is made in Python, given
+    with CaptureQueriesContext(connection) as queries:
+        rows_insert_each(event, outbox, copy)
+    assert len(queries) == (1 if connection.vendor == "postgresql" else 3)
+    assert event.pk is not None and event.pk > alone_event.pk and outbox.pk is not None
+    assert _event_columns(event) == _event_columns(alone_event)
+    assert Outbox.objects.get(pk=outbox.pk).output == {"ok": True}
+    assert Task.objects.filter(pk=copy.pk).exists()
+    assert not (event._state.adding or outbox._state.adding or copy._state.adding)
+
+
+@pytest.mark.postgres  # SQLite does not hold a column to its length
+@pytest.mark.django_db(transaction=True)
+def test_rows_insert_each_writes_nothing_when_one_row_is_refused(make_task):
+    """One statement, even in autocommit: a refused row (a value too long) leaves none of
+    the rows before it, where one statement each would have committed them."""
+    task = make_task()
+    event = _event(task, 92)
+    outbox = Outbox(task=task, decision_version=92, kind="success", output=None,
+                    next_attempt_at=timezone.now())
+    too_long = _event(task, 93, actor_label="x" * 300)
+    assert connection.get_autocommit()
+    with pytest.raises(DataError):
+        rows_insert_each(event, outbox, too_long)
+    assert not TaskEvent.objects.filter(task=task, version__in=[92, 93]).exists()
+    assert not Outbox.objects.filter(task=task, decision_version=92).exists()
 
 
 def test_row_update_writes_what_save_writes_only_where_the_condition_holds(make_task,

@@ -64,7 +64,7 @@ def test_take_next_over_the_api_is_two_statements(deployed, api_client, make_tas
     assert answer["history"][-1]["action"] == "take_next"
 
 
-def test_complete_over_the_api_reads_its_task_once_and_writes_three_rows(
+def test_complete_over_the_api_reads_its_task_once_and_writes_three_rows_in_two(
         deployed, api_client, make_task, make_worker):
     worker = make_worker({"invoice-review": 3})
     client = api_client(worker, scope="work")
@@ -79,16 +79,18 @@ def test_complete_over_the_api_reads_its_task_once_and_writes_three_rows(
     assert [e["action"] for e in response.json()["history"]][-1] == "complete"
     statements = _statements(queries)
     # token (the user's roles in the same read), the task (permission), its UPDATE, the
-    # event, the outbox row, the history of the answer.
-    assert len(statements) == 6, statements
+    # event and the outbox row in one (inbox.bulk.rows_insert_each), the answer's history.
+    assert len(statements) == 5, statements
     assert sum('FROM "inbox_task"' in sql for sql in statements) == 1
     assert statements[2].startswith('UPDATE "inbox_task"') and '"version" = ' in statements[2]
+    assert statements[3].startswith("WITH r0 AS (INSERT INTO \"inbox_taskevent\"")
+    assert 'r1 AS (INSERT INTO "inbox_outbox"' in statements[3]
 
 
 @pytest.mark.postgres
 def test_complete_then_next_over_the_api_adds_only_the_take(deployed, api_client,
                                                              make_task, make_worker):
-    """A decision and the next take in one request: the complete's six statements, then
+    """A decision and the next take in one request: the complete's five statements, then
     the take's one (its answer holds the next task's history)."""
     worker = make_worker({"invoice-review": 3})
     client = api_client(worker, scope="work")
@@ -102,9 +104,9 @@ def test_complete_then_next_over_the_api_adds_only_the_take(deployed, api_client
     assert response.status_code == 200, response.json()
     assert response.json()["next"]["state"] == TaskState.IN_PROGRESS
     statements = _statements(queries)
-    assert len(statements) == 7, statements
+    assert len(statements) == 6, statements
     assert statements[2].startswith('UPDATE "inbox_task"')
-    assert "inbox_take_next_task" in statements[6]
+    assert "inbox_take_next_task" in statements[5]
 
 
 @pytest.mark.parametrize("action", ["accept", "decline", "release"])
