@@ -1,9 +1,10 @@
 """Drill: the PostgreSQL connection dies in the middle of a transition.
 
 Another connection terminates the web's backend (``pg_terminate_backend``) between two
-writes of one transition: after the task row is updated, or after its history event is
-written and before the outbox row. Nothing may be half applied: the task, its history
-and the outbox are as before, and the same request, retried, succeeds once.
+writes of one transition: after the task row is updated, or after its history event and
+its outbox row are written (one statement on PostgreSQL: inbox.bulk.rows_insert_each) and
+before the commit. Nothing may be half applied: the task, its history and the outbox are
+as before, and the same request, retried, succeeds once.
 """
 
 import psycopg
@@ -37,7 +38,8 @@ def _snapshot(task: Task) -> tuple:
 
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
-@pytest.mark.parametrize("when", ["after the task row", "after the history event"])
+@pytest.mark.parametrize("when", ["after the task row",
+                                  "after the history event and the outbox row"])
 def test_a_connection_killed_mid_transition_leaves_nothing_half_applied(
     make_task, make_worker, monkeypatch, when
 ):
@@ -45,24 +47,25 @@ def test_a_connection_killed_mid_transition_leaves_nothing_half_applied(
     make_task()
     task = task_take_next(worker=worker)
     before = _snapshot(task)
-    real_append = lifecycle.event_save
+    real_write = lifecycle.rows_insert_each  # a decision's event and outbox row
     killed: list[int] = []
 
-    def append_then_die(event):
+    def write_then_die(*rows):
+        assert [type(row) for row in rows] == [TaskEvent, Outbox]
         if when == "after the task row":
             killed.append(backend_pid())
             _terminate(killed[-1])
-        event = real_append(event)
-        if when == "after the history event":
+        real_write(*rows)
+        if when == "after the history event and the outbox row":
             killed.append(backend_pid())
             _terminate(killed[-1])
-        return event
 
-    monkeypatch.setattr(lifecycle, "event_save", append_then_die)
+    monkeypatch.setattr(lifecycle, "rows_insert_each", write_then_die)
     with pytest.raises((OperationalError, InterfaceError)):
         task_complete(worker=worker, task_id=task.pk, answer=APPROVE,
                                expected_version=task.version)
-    monkeypatch.setattr(lifecycle, "event_save", real_append)
+    assert killed  # the drill reached its moment
+    monkeypatch.setattr(lifecycle, "rows_insert_each", real_write)
 
     connection.close()  # what Django does at the end of the failed request
     assert backend_pid() != killed[0]
