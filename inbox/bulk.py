@@ -104,18 +104,30 @@ def row_insert(row: models.Model) -> None:
     """Insert one new row as row.save(force_insert=True) does (no signals are sent: none is
     connected to the models written here). A key the database makes comes back by
     RETURNING and is set on the row, as save() sets it."""
-    meta = row._meta
-    auto = meta.pk if row.pk is None and meta.pk.db_returning else None
-    fields = [field for field in meta.concrete_fields if field is not auto]
-    values = [field.get_db_prep_save(field.pre_save(row, True), connection) for field in fields]
+    auto, values = _insert_prepared(row)
     if (auto is not None and not connection.features.can_return_columns_from_insert) or any(
             hasattr(value, "as_sql") for value in values):
         row.save(force_insert=True)  # a database default or an expression: Django's way
         return
     with connection.cursor() as cursor:
         cursor.execute(_row_insert_sql(type(row), connection.vendor, auto is not None), values)
-        if auto is not None:
-            setattr(row, auto.attname, cursor.fetchone()[0])
+        _inserted(row, auto, cursor.fetchone()[0] if auto is not None else None)
+
+
+def _insert_prepared(row: models.Model) -> tuple[models.Field | None, list]:
+    """Return the key field whose value the database makes for row (None when row has its
+    key already) and the values of every other column, as save() prepares them."""
+    meta = row._meta
+    auto = meta.pk if row.pk is None and meta.pk.db_returning else None
+    fields = [field for field in meta.concrete_fields if field is not auto]
+    return auto, [field.get_db_prep_save(field.pre_save(row, True), connection)
+                  for field in fields]
+
+
+def _inserted(row: models.Model, auto: models.Field | None, key: object) -> None:
+    """Mark row as saved, as save() does, with the key the database made (if auto)."""
+    if auto is not None:
+        setattr(row, auto.attname, key)
     row._state.adding, row._state.db = False, connection.alias
 
 
@@ -124,28 +136,21 @@ def rows_insert_each(*rows: models.Model) -> None:
     WITH of an INSERT per row (a transition's event and its outbox row), each key the
     database makes coming back and set on its row. Elsewhere, or when a value is an
     expression, row_insert each, in order."""
-    values, autos = [], []
-    for row in rows:
-        meta = row._meta
-        auto = meta.pk if row.pk is None and meta.pk.db_returning else None
-        fields = [field for field in meta.concrete_fields if field is not auto]
-        values.append([field.get_db_prep_save(field.pre_save(row, True), connection)
-                       for field in fields])
-        autos.append(auto)
-    if connection.vendor != "postgresql" or any(
-            hasattr(value, "as_sql") for row_values in values for value in row_values):
+    prepared = ([_insert_prepared(row) for row in rows]
+                if connection.vendor == "postgresql" else None)
+    if prepared is None or any(hasattr(value, "as_sql") for _, values in prepared
+                               for value in values):
         for row in rows:
             row_insert(row)
         return
-    shape = tuple((type(row), auto is not None) for row, auto in zip(rows, autos, strict=True))
+    shape = tuple((type(row), auto is not None)
+                  for row, (auto, _) in zip(rows, prepared, strict=True))
     with connection.cursor() as cursor:
-        cursor.execute(_rows_insert_each_sql(shape), [v for row_values in values
-                                                      for v in row_values])
+        cursor.execute(_rows_insert_each_sql(shape),
+                       [value for _, values in prepared for value in values])
         keys = cursor.fetchone()
-    for row, auto, key in zip(rows, autos, keys, strict=True):
-        if auto is not None:
-            setattr(row, auto.attname, key)
-        row._state.adding, row._state.db = False, connection.alias
+    for row, (auto, _), key in zip(rows, prepared, keys, strict=True):
+        _inserted(row, auto, key)
 
 
 @functools.cache
