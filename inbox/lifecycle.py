@@ -470,6 +470,8 @@ TRANSITIONS: dict[str, Transition] = {row.action: row for row in [
     Transition("expire", tuple(NOT_CLOSED), TaskState.EXPIRED, _ended, system=CALLBACKS),
     Transition("cancel", tuple(NOT_CLOSED), TaskState.CANCELLED, _ended, system="reconciler"),
 ]}
+# A worker's decisions: the rows whose answer waits out the undo window before it is sent.
+DECISIONS = tuple(action for action, row in TRANSITIONS.items() if row.undoable)
 
 
 # Applying a row ------------------------------------------------------------------------

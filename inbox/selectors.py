@@ -318,18 +318,15 @@ def my_tasks(*, user: User) -> QuerySet[Task]:
     )
 
 
-# The worker's decisions after which the pages and the API may take the next task.
-DECISIONS = ("complete", "reject")
-
-
-def task_taken_after(*, user: User, task: Task) -> Any | None:
+def task_taken_after(*, user: User, task: Task, decisions: tuple[str, ...]) -> Any | None:
     """Return the id of the task the user took next after their latest decision on task
-    (a "Complete and next"), if they still have it in progress; else None.
+    (a "Complete and next"; decisions: the table's actions, inbox.lifecycle.DECISIONS),
+    if they still have it in progress; else None.
 
     What a retried decision's first request took: the user's held tasks (at most their
     capacity) whose take_next by them came at or after the decision.
     """
-    decided = (TaskEvent.objects.filter(task=task, actor=user, action__in=DECISIONS)
+    decided = (TaskEvent.objects.filter(task=task, actor=user, action__in=decisions)
                .order_by("-version").values_list("at", flat=True).first())
     if decided is None:
         return None

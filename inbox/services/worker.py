@@ -18,6 +18,7 @@ from django.db.models import Q
 from accounts.models import Dispatch, User, WorkerSkill
 from config.errors import Conflict, NotFound
 from inbox.lifecycle import (
+    DECISIONS,
     AccessLost,
     IllegalTransition,
     TooLateToUndo,
@@ -107,7 +108,7 @@ def task_take_next_after(*, worker: User, decided: Task, history: bool = False) 
     """
     if not getattr(decided, "decided_before", False):
         return task_take_next(worker=worker, history=history)
-    taken = task_taken_after(user=worker, task=decided)
+    taken = task_taken_after(user=worker, task=decided, decisions=DECISIONS)
     if taken is None:
         raise NothingToTake("This decision was made before; nothing taken after it is "
                             "still yours.")
