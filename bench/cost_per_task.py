@@ -64,6 +64,8 @@ from _common import (
 TICKS = os.sysconf("SC_CLK_TCK")
 INBOX_PROCESSES = ("gunicorn", "celery worker", "celery beat", "clock", "sender")
 DATABASE = f"inbox_bench_d2_cost_{os.getpid()}"
+# How the API is driven (--flow), as the output names it.
+FLOWS = {"chained": "each complete taking the next", "separate": "a take and a complete apart"}
 
 
 def main() -> None:
@@ -75,7 +77,7 @@ def main() -> None:
                         help="task lives run before the idle window and not counted "
                              "(default 50; 0: none, as before 2026-12-06)")
     parser.add_argument("--quick", action="store_true", help="N=60, W=20, 15 s idle")
-    parser.add_argument("--flow", choices=("chained", "separate"), default="chained",
+    parser.add_argument("--flow", choices=sorted(FLOWS), default="chained",
                         help="chained (default): each complete asks for the next task "
                              "(then=next), as the pages' Complete and next does: one "
                              "request per task; separate: a take, then a complete, two "
@@ -113,9 +115,7 @@ def run(*, tasks: int, takers: int, idle: float, children: common.Children,
     skill_id = common.process_ready()
     workers_create(takers, skills_of=lambda i: [skill_id], capacity=10, api_tokens=True)
     print(f"Cost per task: {tasks:,} tasks after {warm_up:,} not counted, {takers} HTTP "
-          f"takers, web server {http_server}, flow {flow} ("
-          + ("each complete takes the next: then=next" if flow == "chained"
-             else "a take, then a complete") + ")")
+          f"takers, web server {http_server}, flow {flow} ({FLOWS[flow]})")
     machine_print()
     # Left by an interrupted run: stale Celery messages, an intake lock held for minutes.
     app.control.purge()
@@ -194,9 +194,7 @@ def run(*, tasks: int, takers: int, idle: float, children: common.Children,
           + ", ".join(f"p{p} {value:.0f}"
                       for p, value in _callback_latency(since=measured_from).items()))
     print(f"  of which, ms: {_callback_latency_split(since=measured_from)}")
-    said = ("each complete taking the next" if flow == "chained"
-            else "a take and a complete apart")
-    goal_print(f"CPU of one task's life, the inbox's processes (net), {said}",
+    goal_print(f"CPU of one task's life, the inbox's processes (net), {FLOWS[flow]}",
                total_net / tasks, 10.0, unit=" ms", most=True)
 
 
