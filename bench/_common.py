@@ -474,6 +474,55 @@ def _cell(value: object) -> str:
     return str(value)
 
 
+TICKS = os.sysconf("SC_CLK_TCK")  # /proc's CPU times are in these
+
+
+def proc_stats() -> dict[int, tuple[int, int]]:
+    """Return {pid: (parent pid, CPU ticks)} of every process; reaped children included.
+
+    A process's ticks are its own user + sys plus cutime + cstime, the ticks of its
+    children that exited and were waited for (so a pool process that ended still counts).
+    """
+    stats = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            text = Path(entry.path, "stat").read_text()
+        except OSError:
+            continue  # exited meanwhile
+        # The command name (field 2) may hold spaces: split after its closing parenthesis.
+        fields = text[text.rindex(")") + 2:].split()
+        stats[int(entry.name)] = (int(fields[1]), sum(int(f) for f in fields[11:15]))
+    return stats
+
+
+def tree_cpu_ms(roots: Sequence[int], stats: dict[int, tuple[int, int]]) -> float:
+    """Return the CPU ms so far of the processes roots and every descendant of theirs, from
+    proc_stats()' stats (a process gone before stats were read counts nothing)."""
+    kids: dict[int, list[int]] = {}
+    for pid, (parent, _) in stats.items():
+        kids.setdefault(parent, []).append(pid)
+    total, stack, seen = 0, list(roots), set()
+    while stack:
+        pid = stack.pop()
+        if pid in seen:
+            continue
+        seen.add(pid)
+        total += stats.get(pid, (0, 0))[1]
+        stack.extend(kids.get(pid, []))
+    return total * 1000 / TICKS
+
+
+def machine_cpu_ms() -> tuple[float, float]:
+    """Return the whole machine's (busy, idle) CPU ms so far, every core added (/proc/stat;
+    waiting for I/O counts as idle)."""
+    fields = [int(f) for f in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + fields[4]  # idle, iowait
+    # user nice system idle iowait irq softirq steal; guest time is already in user's.
+    return (sum(fields[:8]) - idle) * 1000 / TICKS, idle * 1000 / TICKS
+
+
 def machine() -> list[tuple[str, str]]:
     """Return what the figures depend on: CPU, cores, RAM, PostgreSQL, Python, load."""
     cpu = platform.processor() or "unknown"

@@ -50,18 +50,20 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _d2_common as common
 from _common import (
+    TICKS,
     WEB_SERVERS,
     api_token,
     free_port,
     goal_print,
     machine_print,
     percentile,
+    proc_stats,
     scratch_database,
     table,
+    tree_cpu_ms,
     workers_create,
 )
 
-TICKS = os.sysconf("SC_CLK_TCK")
 INBOX_PROCESSES = ("gunicorn", "celery worker", "celery beat", "clock", "sender")
 DATABASE = f"inbox_bench_d2_cost_{os.getpid()}"
 # How the API is driven (--flow), as the output names it.
@@ -425,39 +427,8 @@ def _callback_latency_split(*, since: datetime.datetime) -> str:
 def _cpu(children: common.Children) -> dict[str, float]:
     """Return the CPU milliseconds (user + sys) of each inbox process tree so far."""
     children.check()
-    stats = _proc_stats()
-    kids: dict[int, list[int]] = {}
-    for pid, (parent, _) in stats.items():
-        kids.setdefault(parent, []).append(pid)
-    totals = {}
-    for name in INBOX_PROCESSES:
-        total, stack = 0, [children.started[name].pid]
-        while stack:
-            pid = stack.pop()
-            total += stats.get(pid, (0, 0))[1]
-            stack.extend(kids.get(pid, []))
-        totals[name] = total * 1000 / TICKS
-    return totals
-
-
-def _proc_stats() -> dict[int, tuple[int, int]]:
-    """Return {pid: (parent pid, CPU ticks)} of every process; reaped children included.
-
-    A process's ticks are its own user + sys plus cutime + cstime, the ticks of its
-    children that exited and were waited for (so a pool process that ended still counts).
-    """
-    stats = {}
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            text = Path(entry.path, "stat").read_text()
-        except OSError:
-            continue  # exited meanwhile
-        # The command name (field 2) may hold spaces: split after its closing parenthesis.
-        fields = text[text.rindex(")") + 2:].split()
-        stats[int(entry.name)] = (int(fields[1]), sum(int(f) for f in fields[11:15]))
-    return stats
+    stats = proc_stats()
+    return {name: tree_cpu_ms([children.started[name].pid], stats) for name in INBOX_PROCESSES}
 
 
 def _postgres_cpu() -> dict[int, float]:
@@ -474,7 +445,7 @@ def _postgres_cpu() -> dict[int, float]:
         cursor.execute("SELECT pid FROM pg_stat_activity WHERE datname = %s "
                        "AND pid <> pg_backend_pid()", [DATABASE])
         pids = [pid for (pid,) in cursor.fetchall()]
-    stats = _proc_stats()
+    stats = proc_stats()
     return {pid: stats[pid][1] * 1000 / TICKS for pid in pids if pid in stats}
 
 

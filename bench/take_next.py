@@ -56,12 +56,15 @@ from _common import (
     free_port,
     goal_print,
     libpq_url,
+    machine_cpu_ms,
     machine_print,
     percentile,
+    proc_stats,
     scratch_database,
     skills_create,
     table,
     tasks_insert,
+    tree_cpu_ms,
     web_wait,
     workers_create,
 )
@@ -209,7 +212,8 @@ def run(args: argparse.Namespace, phases: list[str]) -> dict[str, dict]:
                   if phase.startswith("http") else None)
         try:
             results[phase] = run_phase(phase, args, pools[phase], taker_skill,
-                                       port=server[1] if server else 0)
+                                       port=server[1] if server else 0,
+                                       web=server[0].pid if server else None)
         finally:
             if server:
                 gunicorn_stop(server[0])
@@ -377,7 +381,7 @@ def profile_http(pools: dict[str, list[list[int]]], calls: int, capacity: int) -
 
 
 def run_phase(phase: str, args: argparse.Namespace, pool: list[list[int]],
-              taker_skill: list[int], *, port: int) -> dict:
+              taker_skill: list[int], *, port: int, web: int | None = None) -> dict:
     context = multiprocessing.get_context("fork")
     queue = context.Queue()
     start = time.time() + 1.0 + args.takers * 0.02  # Time for every taker to start.
@@ -395,6 +399,7 @@ def run_phase(phase: str, args: argparse.Namespace, pool: list[list[int]],
     ]
     for taker in takers:
         taker.start()
+    cpu = window_cpu([taker.pid for taker in takers], web, (measure, stop))
     outcomes = [queue.get(timeout=stop - time.time() + 120) for _ in takers]
     for taker in takers:
         taker.join(timeout=30)
@@ -405,7 +410,46 @@ def run_phase(phase: str, args: argparse.Namespace, pool: list[list[int]],
     for o in outcomes:
         errors.update(o["errors"])
     return {"claims": len(latencies), "latencies": latencies, "errors": errors,
-            "taken": sum(o["taken"] for o in outcomes)}
+            "taken": sum(o["taken"] for o in outcomes), "cpu": cpu}
+
+
+# How long before a phase ends its CPU is read last (window_cpu): the takers stop at the end.
+WINDOW_END_EARLY = 0.5
+
+
+def window_cpu(takers: list[int], web: int | None,
+               window: tuple[float, float]) -> dict[str, float]:
+    """Sleep through window (its start and end, time.time()) and return the CPU ms spent
+    in it by the takers, the web server's process tree (web: its pid), the PostgreSQL
+    backends of the bench database and the whole machine ("busy", "idle": every core).
+
+    The backends are those connected when the window opens: the takers' and the web's,
+    connected during the warm-up. PostgreSQL's own background processes (the WAL writer,
+    the checkpointer, autovacuum) are in the machine's busy time, not in "postgres".
+    The last reading is taken WINDOW_END_EARLY seconds before the window ends, while every
+    taker and its backend still runs (a process gone has no CPU left to read), and the
+    figures are scaled to the whole window.
+    """
+    import psycopg
+
+    time.sleep(max(0.0, window[0] - time.time()))
+    with psycopg.connect(libpq_url(), autocommit=True) as conn:
+        backends = [pid for (pid,) in conn.execute(
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+            "AND backend_type = 'client backend' AND pid <> pg_backend_pid()")]
+    groups = {"takers": takers, "web": [web] if web else [], "postgres": backends}
+
+    def read() -> dict[str, float]:
+        stats = proc_stats()
+        busy, idle = machine_cpu_ms()
+        return {**{name: tree_cpu_ms(pids, stats) for name, pids in groups.items()},
+                "busy": busy, "idle": idle}
+
+    before, began = read(), time.time()
+    time.sleep(max(0.0, window[1] - WINDOW_END_EARLY - time.time()))
+    after, ended = read(), time.time()
+    scale = (window[1] - window[0]) / (ended - began)
+    return {name: (after[name] - before[name]) * scale for name in after}
 
 
 def _loop(queue: multiprocessing.Queue, window: tuple[float, float, float], take,
@@ -606,10 +650,27 @@ def report(args: argparse.Namespace, results: dict[str, dict]) -> None:
                      percentile(lat, 95), percentile(lat, 99), max(lat, default=float("nan")),
                      sum(r["errors"].values())])
     pace = f"paced at {args.rate:g} claims/s in all" if args.rate else "closed loop, no pause"
+    cpu_rows = []
+    for phase, r in results.items():
+        if not r["claims"]:
+            continue
+        cpu, claims = r["cpu"], r["claims"]
+        listed = cpu["takers"] + cpu["web"] + cpu["postgres"]
+        cpu_rows.append([names[phase], cpu["takers"] / claims, cpu["web"] / claims,
+                         cpu["postgres"] / claims, (cpu["busy"] - listed) / claims,
+                         cpu["busy"] / claims,
+                         f"{100 * cpu['idle'] / (cpu['busy'] + cpu['idle']):.0f} %"])
     print(f"\nTake next: {args.tasks:,} queued tasks, {args.skills} skills, {args.takers} "
           f"concurrent takers ({pace}), {args.seconds:.0f} s per phase "
           f"(+{args.warmup:.0f} s warm-up)\n")
     print(table(["path", "claims/s", "p50 ms", "p95 ms", "p99 ms", "max ms", "errors"], rows))
+    if cpu_rows:
+        # What each claim cost the machine while the phase ran, by process group: the
+        # closed loop's budget is the machine's CPU, so this is what its rate divides.
+        print("\nCPU ms per claim in the measured seconds (the whole machine; rest: "
+              "PostgreSQL's background processes, the kernel's workers, everything else):\n")
+        print(table(["path", "takers", "web server", "PostgreSQL backends", "rest",
+                     "machine busy", "machine idle"], cpu_rows))
     if "raw" in results and "service" in results and results["service"]["claims"]:
         raw, service = results["raw"], results["service"]
         p99 = percentile(service["latencies"], 99) / percentile(raw["latencies"], 99)

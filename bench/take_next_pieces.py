@@ -26,9 +26,10 @@ Pieces 3 to 5 are cut from migration 0012's function, whose statements 0016 keep
 formats the moments once and reads the history only when asked).
 
 Every take takes a task never taken before (no history grows between variants) by a worker
-holding 0 to 49 tasks, as the closed loop's workers do on average; the variants take
-turns round by round (--rounds), so the machine's drift falls on all alike, and the
-median over rounds is printed with the spread.
+taking up to the product's default capacity in a row (accounts.User.capacity, 3: holding
+0 to 2 tasks), as bench/take_next.py's workers do; the variants take turns round by round
+(--rounds), so the machine's drift falls on all alike, and the median over rounds is
+printed with the spread.
 """
 
 import argparse
@@ -55,7 +56,6 @@ from _common import (
 from take_next import RAW_TAKE, _backend_cpu_ms
 
 DATABASE = "inbox_bench_take_pieces"
-TAKES_PER_WORKER = 50  # Of the capacity 100: the closed loop's average holding.
 
 HEAD = """
 CREATE OR REPLACE FUNCTION pg_temp.take_piece(p_worker bigint, p_skill bigint,
@@ -182,15 +182,20 @@ def run(args: argparse.Namespace) -> None:
     bench_version_record()
     with connection.cursor() as cursor:
         tasks_insert(cursor, count=args.tasks, skill_id=cycle(skills), history=True)
-    count = -(-takes // TAKES_PER_WORKER)
-    ids = workers_create(count, skills_of=lambda i: [skills[i % len(skills)]], capacity=100)
+    # As bench/take_next.py's takers: each worker up to the product's default capacity,
+    # whose held tasks the capacity sum weighs (until 2026-12-06 this bench took 50 in a
+    # row at capacity 100: a sum over 25 held tasks on average, none of the product's).
+    capacity = User._meta.get_field("capacity").default
+    count = -(-takes // capacity)
+    ids = workers_create(count, skills_of=lambda i: [skills[i % len(skills)]],
+                         capacity=capacity)
     skill_of = {worker: skills[i % len(skills)] for i, worker in enumerate(ids)}
     emails = dict(User.objects.filter(pk__in=ids).values_list("pk", "email"))
     with connection.cursor() as cursor:
         cursor.execute("VACUUM ANALYZE")
     print(f"\n{args.tasks:,} queued tasks over {args.skills} skills; {count:,} workers, each "
-          f"taking {TAKES_PER_WORKER} in a row; {args.calls:,} takes per variant per round, "
-          f"{args.rounds} rounds, one connection, statements prepared")
+          f"taking up to their capacity ({capacity}) in a row; {args.calls:,} takes per "
+          f"variant per round, {args.rounds} rounds, one connection, statements prepared")
 
     order = iter(range(takes))
     samples: dict[str, list[float]] = {name: [] for name, _, _ in variants}
@@ -202,7 +207,7 @@ def run(args: argparse.Namespace) -> None:
                     cursor.execute(function)
                 started = _backend_cpu_ms(cursor)
                 for _ in range(args.calls):
-                    worker = ids[next(order) // TAKES_PER_WORKER]
+                    worker = ids[next(order) // capacity]
                     now = datetime.datetime.now(datetime.UTC)
                     params = {"worker": worker, "skill": skill_of[worker],
                               "label": emails[worker], "label_json": f'"{emails[worker]}"',

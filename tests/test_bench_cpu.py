@@ -1,0 +1,54 @@
+"""The benches' CPU accounting (bench/_common.py): what bench/take_next.py divides by the
+claims of each closed-loop phase and bench/cost_per_task.py by the tasks of a run."""
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+
+from _common import TICKS, machine_cpu_ms, proc_stats, tree_cpu_ms
+
+# Burns CPU until its own process time has grown by 0.3 s, says so, then waits for stdin.
+_BURNER = """
+import sys, time
+start = time.process_time()
+while time.process_time() - start < 0.3:
+    pass
+print("burnt", flush=True)
+sys.stdin.read()
+"""
+
+
+def test_a_tree_adds_its_roots_and_every_descendant_and_nothing_else():
+    stats = {1: (0, 100), 2: (1, 50), 3: (2, 25), 4: (0, 1000), 5: (4, 7)}
+    assert tree_cpu_ms([1], stats) == 175 * 1000 / TICKS
+    assert tree_cpu_ms([2, 5], stats) == 82 * 1000 / TICKS
+    assert tree_cpu_ms([1, 2], stats) == 175 * 1000 / TICKS  # a root under another: once
+    assert tree_cpu_ms([99], stats) == 0  # gone before the stats were read
+
+
+def test_a_child_burning_cpu_shows_in_its_tree_in_its_parents_and_in_the_machine():
+    busy_before, _ = machine_cpu_ms()
+    child = subprocess.Popen([sys.executable, "-c", _BURNER], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline() == "burnt\n"
+        stats = proc_stats()
+        assert stats[child.pid][0] == os.getpid()
+        assert tree_cpu_ms([child.pid], stats) >= 250  # 0.3 s, in whole ticks
+        assert tree_cpu_ms([os.getpid()], stats) >= tree_cpu_ms([child.pid], stats)
+    finally:
+        child.communicate("")
+    busy_after, idle_after = machine_cpu_ms()
+    assert busy_after - busy_before >= 250
+    assert idle_after > 0
+
+
+def test_the_machine_counters_only_grow():
+    first = machine_cpu_ms()
+    time.sleep(0.05)
+    second = machine_cpu_ms()
+    assert second[0] >= first[0] and second[1] >= first[1]
