@@ -832,12 +832,8 @@ def take_next_applied(*, worker: User, skill: str | None = None,
     # which may hold a decision that must be durable when its commit returns.
     alone = not connection.in_atomic_block
     with connection.cursor() as cursor:
-        cursor.execute(  # The columns are the models' own names, never input.
-            f"SELECT {_ASYNC_COMMIT if alone else ''}"  # noqa: S608
-            # The history as JSON text: decoded only when read (_TakenHistory).
-            f"{_TAKEN_COLUMNS}, r.taken_history::text "
-            "FROM inbox_take_next_task(%s, %s, %s, %s, %s, %s, %s, %s) r "
-            "JOIN accounts_skill s ON s.id = (r.taken).skill_id",
+        cursor.execute(
+            _TAKE_STATEMENTS[alone, history],
             # The moment's isoformat() is the hash's (inbox.history.event_hash), as Python
             # writes it: the function need not format it again.
             [worker.pk, skill or None, now, now.isoformat(), worker.email,
@@ -848,10 +844,10 @@ def take_next_applied(*, worker: User, skill: str | None = None,
     if alone:
         found = found[1:]
     task = ModelRows.of(Task, connection).instance(found[:len(_TASK_FIELDS)], connection)
-    task.skill = ModelRows.of(Skill, connection).instance(found[len(_TASK_FIELDS):-1],
-                                                          connection)
     task.assignee = worker
     if history:
+        task.skill = ModelRows.of(Skill, connection).instance(found[len(_TASK_FIELDS):-1],
+                                                              connection)
         task.events_read = _TakenHistory(found[-1], task_id=task.pk, alias=connection.alias)
     if signal:
         effects.after_commit(task=task, effects=(*row.all_effects, Effect.SIGNAL))
@@ -864,9 +860,22 @@ def take_next_applied(*, worker: User, skill: str | None = None,
 # and the pooled session's setting stays as it was.
 _ASYNC_COMMIT = "set_config('synchronous_commit', 'off', true), "
 _TASK_FIELDS = Task._meta.concrete_fields
-_TAKEN_COLUMNS = ", ".join(
-    [f'(r.taken)."{field.column}"' for field in _TASK_FIELDS]
-    + [f's."{field.column}"' for field in Skill._meta.concrete_fields])
+_TASK_COLUMNS = ", ".join(f'(r.taken)."{field.column}"' for field in _TASK_FIELDS)
+_TAKE_CALL = "FROM inbox_take_next_task(%s, %s, %s, %s, %s, %s, %s, %s) r"
+# The take's statement by (alone, shown): the columns are the models' own names, never
+# input. A take that shows the task (history asked: the API's answer, a page swapped in
+# place) also reads its skill's row and its history, as JSON text decoded only when read
+# (_TakenHistory); one that does not (the page's redirect, a script's take) reads the
+# task's row alone, and whoever later asks for its skill reads it then.
+_TAKE_STATEMENTS = {
+    (alone, shown): (
+        f"SELECT {_ASYNC_COMMIT if alone else ''}{_TASK_COLUMNS}"
+        + (", " + ", ".join(f's."{field.column}"' for field in Skill._meta.concrete_fields)
+           + f", r.taken_history::text {_TAKE_CALL} "
+           "JOIN accounts_skill s ON s.id = (r.taken).skill_id" if shown
+           else f" {_TAKE_CALL}"))
+    for alone in (False, True) for shown in (False, True)
+}
 # The order of each event's columns in the function's history (migrations 0012, 0016).
 HISTORY_COLUMNS = ("id", "version", "action", "from_state", "to_state", "actor_id",
                    "actor_label", "reason", "data", "at", "prev_hash", "hash")

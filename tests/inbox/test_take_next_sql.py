@@ -208,6 +208,27 @@ def test_a_take_that_does_not_show_the_history_leaves_it_to_its_reader(make_task
         assert cursor.fetchall() == [(80, None)]
 
 
+def test_a_take_that_shows_the_task_reads_its_skill_with_it_and_one_that_does_not_leaves_it(
+        make_task, make_worker, review_skill):
+    """The skill's row rides along only with a take that shows the task (the API's answer,
+    a page swapped in place); the page's take, which redirects, and a script's read the
+    task's row alone, and whoever asks for the skill afterwards reads it then."""
+    worker = make_worker({"invoice-review": 3})
+    make_task(priority=90), make_task(priority=80)
+    with CaptureQueriesContext(connection) as queries:
+        bare = task_take_next(worker=worker)
+    assert len(queries) == 1 and "accounts_skill" not in queries[0]["sql"]
+    assert not Task.skill.is_cached(bare)
+    with CaptureQueriesContext(connection) as queries:
+        assert bare.skill == review_skill and bare.skill.slug == "invoice-review"
+    assert len(queries) == 1
+    with CaptureQueriesContext(connection) as queries:
+        shown = task_take_next(worker=worker, history=True)
+        assert shown.skill == review_skill and shown.skill.slug == "invoice-review"
+    assert len(queries) == 1 and "accounts_skill" in queries[0]["sql"]
+    assert shown.pk != bare.pk and (bare.priority, shown.priority) == (90, 80)
+
+
 def test_the_takes_history_is_made_into_events_only_when_read(make_task, make_worker,
                                                                monkeypatch):
     """A take that nobody reads the history of (the page's redirect, a script) makes no
