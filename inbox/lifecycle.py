@@ -867,13 +867,12 @@ _TAKE_CALL = "FROM inbox_take_next_task(%s, %s, %s, %s, %s, %s, %s, %s) r"
 # place) also reads its skill's row and its history, as JSON text decoded only when read
 # (_TakenHistory); one that does not (the page's redirect, a script's take) reads the
 # task's row alone, and whoever later asks for its skill reads it then.
+_SHOWN_COLUMNS = ", ".join(f's."{field.column}"' for field in Skill._meta.concrete_fields)
+_SHOWN = (f", {_SHOWN_COLUMNS}, r.taken_history::text {_TAKE_CALL} "
+          "JOIN accounts_skill s ON s.id = (r.taken).skill_id")
 _TAKE_STATEMENTS = {
-    (alone, shown): (
-        f"SELECT {_ASYNC_COMMIT if alone else ''}{_TASK_COLUMNS}"
-        + (", " + ", ".join(f's."{field.column}"' for field in Skill._meta.concrete_fields)
-           + f", r.taken_history::text {_TAKE_CALL} "
-           "JOIN accounts_skill s ON s.id = (r.taken).skill_id" if shown
-           else f" {_TAKE_CALL}"))
+    (alone, shown): (f"SELECT {_ASYNC_COMMIT if alone else ''}{_TASK_COLUMNS}"
+                     + (_SHOWN if shown else f" {_TAKE_CALL}"))
     for alone in (False, True) for shown in (False, True)
 }
 # The order of each event's columns in the function's history (migrations 0012, 0016).
