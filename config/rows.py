@@ -13,15 +13,22 @@ from django.db import connection
 
 
 class ModelRows:
-    """Makes one model's instances of its concrete columns, in the model's field order."""
+    """Makes one model's instances of its concrete columns, in the model's field order, or
+    of some of them (names): the others deferred, read when first asked, as .only() leaves
+    them."""
 
-    # Per model and database: the converters are the vendor's; the connection each one
-    # is given is the caller's own (connections are per thread).
-    _made: dict[tuple[type, str], "ModelRows"] = {}
+    # Per model, database and columns: the converters are the vendor's; the connection
+    # each one is given is the caller's own (connections are per thread).
+    _made: dict[tuple[type, str, tuple[str, ...] | None], "ModelRows"] = {}
 
-    def __init__(self, model: type, connection: Any) -> None:
+    def __init__(self, model: type, connection: Any,
+                 names: tuple[str, ...] | None = None) -> None:
         self.model, self.alias = model, connection.alias
-        fields = model._meta.concrete_fields
+        fields = [field for field in model._meta.concrete_fields
+                  if names is None or field.attname in names]
+        if names is not None and len(fields) != len(names):
+            unknown = set(names) - {field.attname for field in fields}
+            raise ValueError(f"{model.__name__} has no concrete columns {sorted(unknown)}.")
         self.names = [field.attname for field in fields]
         self.width = len(fields)
         self.converters = []
@@ -31,14 +38,15 @@ class ModelRows:
                                              *field.get_db_converters(connection)]))
 
     @classmethod
-    def of(cls, model: type, connection: Any) -> "ModelRows":
-        key = (model, connection.alias)
+    def of(cls, model: type, connection: Any,
+           names: tuple[str, ...] | None = None) -> "ModelRows":
+        key = (model, connection.alias, names)
         if key not in cls._made:
-            cls._made[key] = cls(model, connection)
+            cls._made[key] = cls(model, connection, names)
         return cls._made[key]
 
     def instance(self, values: tuple[Any, ...], connection: Any) -> Any:
-        """Return the instance of one row's values (the model's columns, in order)."""
+        """Return the instance of one row's values (its columns, in the model's order)."""
         converted = []
         for value, (column, converters) in zip(values, self.converters, strict=True):
             for converter in converters:

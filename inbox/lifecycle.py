@@ -843,10 +843,11 @@ def take_next_applied(*, worker: User, skill: str | None = None,
         return None
     if alone:
         found = found[1:]
-    task = ModelRows.of(Task, connection).instance(found[:len(_TASK_FIELDS)], connection)
+    rows = ModelRows.of(Task, connection, None if history else _TAKEN_NAMES)
+    task = rows.instance(found[:rows.width], connection)
     task.assignee = worker
     if history:
-        task.skill = ModelRows.of(Skill, connection).instance(found[len(_TASK_FIELDS):-1],
+        task.skill = ModelRows.of(Skill, connection).instance(found[rows.width:-1],
                                                               connection)
         task.events_read = _TakenHistory(found[-1], task_id=task.pk, alias=connection.alias)
     if signal:
@@ -859,20 +860,33 @@ def take_next_applied(*, worker: User, skill: str | None = None,
 # Transaction-local (is_local): it lasts until this statement's own transaction commits,
 # and the pooled session's setting stays as it was.
 _ASYNC_COMMIT = "set_config('synchronous_commit', 'off', true), "
-_TASK_FIELDS = Task._meta.concrete_fields
-_TASK_COLUMNS = ", ".join(f'(r.taken)."{field.column}"' for field in _TASK_FIELDS)
+# A take that shows nothing (the page's, which redirects; a script's) answers the task's
+# identity and what the take wrote; its other columns are deferred, read if something
+# asks (as .only() leaves them). Making the 37 others cost a sixth of the take's Python
+# (docs/BENCHMARKS.md, "A take that shows nothing answers eight columns").
+_TAKEN_NAMES = ("id", "state", "version", "chain_head", "skill_id", "assignee_id",
+                "offer_deadline", "work_deadline")
 _TAKE_CALL = "FROM inbox_take_next_task(%s, %s, %s, %s, %s, %s, %s, %s) r"
+
+
+def _taken_columns(names: tuple[str, ...] | None) -> str:
+    """The function's task columns for ModelRows.of(Task, ..., names), in its order."""
+    return ", ".join(f'(r.taken)."{field.column}"' for field in Task._meta.concrete_fields
+                     if names is None or field.attname in names)
+
+
 # The take's statement by (alone, shown): the columns are the models' own names, never
 # input. A take that shows the task (history asked: the API's answer, a page swapped in
-# place) also reads its skill's row and its history, as JSON text decoded only when read
-# (_TakenHistory); one that does not (the page's redirect, a script's take) reads the
-# task's row alone, and whoever later asks for its skill reads it then.
+# place) reads every column of the task, its skill's row and its history, as JSON text
+# decoded only when read (_TakenHistory); one that does not reads _TAKEN_NAMES, and
+# whoever later asks for the task's skill or another column reads it then.
 _SHOWN_COLUMNS = ", ".join(f's."{field.column}"' for field in Skill._meta.concrete_fields)
 _SHOWN = (f", {_SHOWN_COLUMNS}, r.taken_history::text {_TAKE_CALL} "
           "JOIN accounts_skill s ON s.id = (r.taken).skill_id")
 _TAKE_STATEMENTS = {
-    (alone, shown): (f"SELECT {_ASYNC_COMMIT if alone else ''}{_TASK_COLUMNS}"
-                     + (_SHOWN if shown else f" {_TAKE_CALL}"))
+    (alone, shown): (f"SELECT {_ASYNC_COMMIT if alone else ''}"
+                     + (f"{_taken_columns(None)}{_SHOWN}" if shown
+                        else f"{_taken_columns(_TAKEN_NAMES)} {_TAKE_CALL}"))
     for alone in (False, True) for shown in (False, True)
 }
 # The order of each event's columns in the function's history (migrations 0012, 0016).

@@ -229,6 +229,44 @@ def test_a_take_that_shows_the_task_reads_its_skill_with_it_and_one_that_does_no
     assert shown.pk != bare.pk and (bare.priority, shown.priority) == (90, 80)
 
 
+def test_a_take_that_shows_nothing_answers_what_the_take_wrote_and_defers_the_rest(
+        make_task, make_worker):
+    """The page's take (a redirect) and a script's answer the task's identity and what the
+    take changed; each other column is read when something first asks for it, as the ORM
+    reads a column .only() left out, and is the row's."""
+    worker = make_worker({"invoice-review": 3})
+    make_task(priority=90, input={"invoice": "A-1"})
+    with CaptureQueriesContext(connection) as queries:
+        taken = task_take_next(worker=worker)
+    assert len(queries) == 1
+    answered = queries[0]["sql"].split(" FROM ")[0].count('(r.taken).')
+    assert answered == len(lifecycle._TAKEN_NAMES) == 8
+    stored = Task.objects.get(pk=taken.pk)
+    loaded = {name: getattr(taken, name) for name in lifecycle._TAKEN_NAMES}
+    assert loaded == {name: getattr(stored, name) for name in lifecycle._TAKEN_NAMES}
+    assert (loaded["state"], loaded["version"], loaded["assignee_id"]) == (
+        TaskState.IN_PROGRESS, 2, worker.pk)
+    deferred = taken.get_deferred_fields()
+    assert deferred == {field.attname for field in Task._meta.concrete_fields} - set(
+        lifecycle._TAKEN_NAMES)
+    with CaptureQueriesContext(connection) as queries:
+        assert (taken.priority, taken.input) == (90, {"invoice": "A-1"})
+    assert len(queries) == 2  # one per column first asked for
+    # A take that shows the task answers every column: nothing is read afterwards.
+    make_task(priority=80)
+    shown = task_take_next(worker=worker, history=True)
+    assert shown.get_deferred_fields() == set()
+
+
+def test_a_models_rows_of_some_columns_names_only_columns_it_has(db):
+    from config.rows import ModelRows
+
+    with pytest.raises(ValueError, match=r"Task has no concrete columns \['priorty'\]"):
+        ModelRows.of(Task, connection, ("id", "priorty"))
+    rows = ModelRows.of(Task, connection, ("version", "id"))
+    assert (rows.names, rows.width) == (["id", "version"], 2)  # the model's order
+
+
 def test_the_takes_history_is_made_into_events_only_when_read(make_task, make_worker,
                                                                monkeypatch):
     """A take that nobody reads the history of (the page's redirect, a script) makes no
