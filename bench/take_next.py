@@ -38,6 +38,7 @@ import http.client
 import multiprocessing
 import os
 import random
+import statistics
 import subprocess
 import sys
 import time
@@ -126,6 +127,9 @@ def main() -> None:
                         help="also time N service takes and N raw claims one after the "
                              "other in one process: CPU ms per claim, this process and "
                              "its PostgreSQL backend apart")
+    parser.add_argument("--cpu-rounds", type=int, default=5, metavar="R",
+                        help="--cpu's rounds, the service and the raw claim taking turns: "
+                             "each figure is the median of R, with its spread (default 5)")
     parser.add_argument("--keep", action="store_true", help="keep the database afterwards")
     parser.add_argument("--quick", action="store_true",
                         help=f"small sizes for a smoke check: {QUICK} (explicit options win)")
@@ -196,7 +200,7 @@ def run(args: argparse.Namespace, phases: list[str]) -> dict[str, dict]:
     if queries is not None:
         print(f"service call: {queries} SQL statements per take (one call, counted)")
     if args.cpu:
-        cpu_split(pools, taker_skill, args.cpu, args.capacity)
+        cpu_split(pools, taker_skill, args.cpu, args.capacity, rounds=args.cpu_rounds)
     if args.profile:
         profile_service(pools, args.profile, args.capacity)
     if args.profile_http:
@@ -250,10 +254,12 @@ def _backend_cpu_ms(cursor) -> float:
 
 
 def cpu_split(pools: dict[str, list[list[int]]], taker_skill: list[int], calls: int,
-              capacity: int) -> None:
+              capacity: int, *, rounds: int = 5) -> None:
     """Take calls tasks with the service and calls with the raw statement, one after the
-    other in this process (no concurrency: nothing queues), and print each one's CPU per
-    claim, this process and its PostgreSQL backend apart. The takes are given back."""
+    other in this process (no concurrency: nothing queues), rounds times taking turns, and
+    print each one's CPU per claim, this process and its PostgreSQL backend apart: the
+    median of the rounds and their spread (on a shared machine one round's figure may be
+    off by half). The takes are given back after each round."""
     import psycopg
     from django.db import connection
 
@@ -264,33 +270,50 @@ def cpu_split(pools: dict[str, list[list[int]]], taker_skill: list[int], calls: 
         return
     workers = _service_workers(pools)
     _room_check("--cpu", calls, holders=len(workers), capacity=capacity)
-    rows = []
-    with connection.cursor() as cursor:
-        taken = []
-        backend, client = _backend_cpu_ms(cursor), time.process_time()
-        for n in range(calls):
-            worker = workers[n // capacity]  # Each up to their capacity.
-            taken.append((worker, worker_service.task_take_next(worker=worker).pk))
-        client = (time.process_time() - client) * 1000 / calls
-        backend = (_backend_cpu_ms(cursor) - backend) / calls
-        rows.append(["service call", f"{client:.3f}", f"{backend:.3f}",
-                     f"{client + backend:.3f}"])
-        for worker, task_id in taken:
-            worker_service.task_release(worker=worker, task_id=task_id)
-    with psycopg.connect(libpq_url(), autocommit=True) as conn, conn.cursor() as cursor:
+    figures: dict[str, list[tuple[float, float]]] = {"service call": [], "raw SQL claim": []}
+    with psycopg.connect(libpq_url(), autocommit=True) as conn, conn.cursor() as raw:
         params = {"worker": pools["raw"][0][0], "skill": taker_skill[0]}
-        claimed = []
-        backend, client = _backend_cpu_ms(cursor), time.process_time()
-        for _ in range(calls):
-            claimed.append(cursor.execute(RAW_TAKE, params).fetchone()[0])
-        client = (time.process_time() - client) * 1000 / calls
-        backend = (_backend_cpu_ms(cursor) - backend) / calls
-        rows.append(["raw SQL claim", f"{client:.3f}", f"{backend:.3f}",
-                     f"{client + backend:.3f}"])
-        cursor.execute("UPDATE inbox_task SET state = 'queued', assignee_id = NULL, "
-                       "work_deadline = NULL WHERE id = ANY(%s)", [claimed])
-    print(f"\nCPU per claim, {calls:,} claims one after the other in one process:")
-    print(table(["path", "client CPU ms", "PostgreSQL CPU ms", "total"], rows))
+        for _ in range(rounds):
+            with connection.cursor() as cursor:
+                taken = []
+                backend, client = _backend_cpu_ms(cursor), time.process_time()
+                for n in range(calls):
+                    worker = workers[n // capacity]  # Each up to their capacity.
+                    taken.append((worker, worker_service.task_take_next(worker=worker).pk))
+                client = (time.process_time() - client) * 1000 / calls
+                figures["service call"].append(
+                    (client, (_backend_cpu_ms(cursor) - backend) / calls))
+            for worker, task_id in taken:
+                worker_service.task_release(worker=worker, task_id=task_id)
+            claimed = []
+            backend, client = _backend_cpu_ms(raw), time.process_time()
+            for _ in range(calls):
+                claimed.append(raw.execute(RAW_TAKE, params).fetchone()[0])
+            client = (time.process_time() - client) * 1000 / calls
+            figures["raw SQL claim"].append((client, (_backend_cpu_ms(raw) - backend) / calls))
+            raw.execute("UPDATE inbox_task SET state = 'queued', assignee_id = NULL, "
+                        "work_deadline = NULL WHERE id = ANY(%s)", [claimed])
+    print(f"\nCPU per claim, {calls:,} claims one after the other in one process, "
+          f"{rounds} rounds taking turns (median, and the rounds' spread):")
+    print(table(["path", "client CPU ms", "PostgreSQL CPU ms", "total"],
+                cpu_rows(figures)))
+
+
+def cpu_rows(figures: dict[str, list[tuple[float, float]]]) -> list[list[str]]:
+    """Rows of --cpu's table: per path, the median client, server and total CPU ms of its
+    rounds, each with its spread, and the total's ratio to the last path's (the raw
+    claim's), round by round."""
+    base = [client + server for client, server in list(figures.values())[-1]]
+    rows = []
+    for path, rounds in figures.items():
+        cells = [path]
+        for values in ([c for c, _ in rounds], [s for _, s in rounds],
+                       [c + s for c, s in rounds]):
+            cells.append(f"{statistics.median(values):.3f} ({min(values):.3f}-{max(values):.3f})")
+        ratios = [(c + s) / b for (c, s), b in zip(rounds, base, strict=True)]
+        cells[-1] += f", {statistics.median(ratios):.2f}x raw"
+        rows.append(cells)
+    return rows
 
 
 def _service_workers(pools: dict[str, list[list[int]]]) -> list:

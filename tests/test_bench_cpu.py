@@ -52,3 +52,19 @@ def test_the_machine_counters_only_grow():
     time.sleep(0.05)
     second = machine_cpu_ms()
     assert second[0] >= first[0] and second[1] >= first[1]
+
+
+def test_the_cpu_table_gives_each_paths_median_its_spread_and_its_ratio_round_by_round():
+    """bench/take_next.py --cpu: a round off by half (a shared machine) moves no median,
+    and each round's service total is set against the raw claim's of the same round (the
+    ratio of the medians would be 2.29x here)."""
+    from take_next import cpu_rows
+
+    rows = cpu_rows({"service call": [(0.2, 0.4), (0.3, 0.6), (0.2, 0.6)],
+                     "raw SQL claim": [(0.1, 0.2), (0.15, 0.3), (0.1, 0.25)]})
+    assert rows == [
+        ["service call", "0.200 (0.200-0.300)", "0.600 (0.400-0.600)",
+         "0.800 (0.600-0.900), 2.00x raw"],
+        ["raw SQL claim", "0.100 (0.100-0.150)", "0.250 (0.200-0.300)",
+         "0.350 (0.300-0.450), 1.00x raw"],
+    ]
