@@ -862,7 +862,7 @@ def take_next_applied(*, worker: User, skill: str | None = None,
 _ASYNC_COMMIT = "set_config('synchronous_commit', 'off', true), "
 # A take that shows nothing (the page's, which redirects; a script's) answers the task's
 # identity and what the take wrote; its other columns are deferred, read if something
-# asks (as .only() leaves them). Making the 37 others cost a sixth of the take's Python
+# asks (as .only() leaves them). Making the 37 others cost a fifth of the take's Python
 # (docs/BENCHMARKS.md, "A take that shows nothing answers eight columns").
 _TAKEN_NAMES = ("id", "state", "version", "chain_head", "skill_id", "assignee_id",
                 "offer_deadline", "work_deadline")
