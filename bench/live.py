@@ -45,8 +45,8 @@ from _common import (
     workers_create,
 )
 
-HEADERS = ["clients", "503s waited out", "signals seen", "p50 ms", "p95 ms", "p99 ms", "max ms",
-           "web CPU ms/s per idle client"]
+HEADERS = ["clients", "503s waited out", "streams reopened", "signals seen", "p50 ms",
+           "p95 ms", "p99 ms", "max ms", "web CPU ms/s per idle client"]
 BROWSERS = ["Chromium pages: commit -> regions in place, ms"]
 
 
@@ -57,36 +57,55 @@ RETRY_FIRST_S, RETRY_MAX_S = 1.0, 30.0
 
 
 async def _client(port: int, session: str, since: int, seen: dict,
-                  connected: asyncio.Semaphore, refused: list) -> None:
+                  connected: asyncio.Semaphore, refused: list, reopened: list) -> None:
+    """One page's stream, as a browser's EventSource keeps it: a 503 is waited out; a
+    stream that ends or breaks after its 200 is opened again after the pause the stream
+    asked for (its retry: field), from the last event read (Last-Event-ID), else from
+    since, and counted in reopened."""
     retry = RETRY_FIRST_S
+    last_event: int | None = None
+    pause = 0.0
+    first = True
     while True:
         reader, writer = await asyncio.open_connection("127.0.0.1", port, limit=1 << 20)
+        resume = f"Last-Event-ID: {last_event}\r\n" if last_event is not None else ""
         writer.write(f"GET /live/?since={since} HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-                     f"Cookie: sessionid={session}\r\nAccept: text/event-stream\r\n\r\n"
-                     .encode())
+                     f"Cookie: sessionid={session}\r\nAccept: text/event-stream\r\n"
+                     f"{resume}\r\n".encode())
         await writer.drain()
         status = await reader.readline()
-        if b" 200 " in status:
-            break
-        writer.close()
-        if b" 503 " not in status:  # Busy is the one answer a page waits out.
-            raise RuntimeError(f"/live/ answered {status!r}")
-        refused.append(status)
-        await asyncio.sleep(retry / 2 + random.random() * retry / 2)
-        retry = min(retry * 2, RETRY_MAX_S)
-    connected.release()
-    try:
-        while True:
-            line = await reader.readline()
-            if not line:
-                return
-            if line.startswith(b"data: "):
-                now = time.time()
-                key = line[line.index(b'"task": "') + 9:].split(b'"', 1)[0].decode()
-                version = int(line.split(b'"version": ', 1)[1].split(b",", 1)[0])
-                seen.setdefault((key, version), []).append(now)
-    finally:
-        writer.close()
+        if b" 200 " not in status:
+            writer.close()
+            if b" 503 " not in status:  # Busy is the one answer a page waits out.
+                raise RuntimeError(f"/live/ answered {status!r}")
+            refused.append(status)
+            await asyncio.sleep(retry / 2 + random.random() * retry / 2)
+            retry = min(retry * 2, RETRY_MAX_S)
+            continue
+        retry = RETRY_FIRST_S
+        if first:
+            connected.release()
+            first = False
+        try:
+            while True:
+                line = await reader.readline()
+                if not line:
+                    break
+                if line.startswith(b"retry: "):
+                    pause = int(line[7:]) / 1000
+                elif line.startswith(b"id: "):
+                    last_event = int(line[4:])
+                elif line.startswith(b"data: "):
+                    now = time.time()
+                    key = line[line.index(b'"task": "') + 9:].split(b'"', 1)[0].decode()
+                    version = int(line.split(b'"version": ', 1)[1].split(b",", 1)[0])
+                    seen.setdefault((key, version), []).append(now)
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass  # Broken mid-stream (the server failed it): opened again, as below.
+        finally:
+            writer.close()
+        reopened.append(last_event)
+        await asyncio.sleep(pause)
 
 
 def _cpu_seconds(pid: int) -> float:
@@ -176,6 +195,7 @@ def run(clients: int, *, port: int, sessions: list[str], task_ids: list, worker_
     seen: dict = {}
     commits: dict = {}
     refused: list = []
+    reopened: list = []
     since = latest_event_id()
     pages = Browsers(port, sessions[clients:clients + browsers]) if browsers else None
     if pages:
@@ -184,7 +204,7 @@ def run(clients: int, *, port: int, sessions: list[str], task_ids: list, worker_
     async def scenario() -> float:
         connected = asyncio.Semaphore(0)
         streams = [asyncio.create_task(_client(port, sessions[i], since, seen, connected,
-                                               refused))
+                                               refused, reopened))
                    for i in range(clients)]
         for _ in range(clients):
             await asyncio.wait_for(connected.acquire(), 120)
@@ -207,7 +227,7 @@ def run(clients: int, *, port: int, sessions: list[str], task_ids: list, worker_
     latencies = [(at - commits[key]) * 1000 for key, ats in seen.items() if key in commits
                  for at in ats]
     expected = len(commits) * clients
-    row = [clients, len(refused), f"{len(latencies)}/{expected}",
+    row = [clients, len(refused), len(reopened), f"{len(latencies)}/{expected}",
            f"{percentile(latencies, 50):.0f}", f"{percentile(latencies, 95):.0f}",
            f"{percentile(latencies, 99):.0f}", f"{max(latencies):.0f}",
            f"{cpu_idle / idle / clients * 1000:.3f}"]
@@ -277,6 +297,12 @@ def main() -> None:
                       flush=True)
             print("\nCommit -> signal read by every connected client (one uvicorn process):")
             print(table(HEADERS + (BROWSERS if args.browsers else []), rows))
+            missed = [f"{row[0]:,} clients: {row[3]}" for row in rows
+                      if len(set(row[3].split("/"))) > 1]
+            if missed:
+                # Every change must reach every open page (each stream reopened as a
+                # browser reopens it): a signal not seen is a failure, not a figure.
+                sys.exit(f"live: signals not seen by every client ({'; '.join(missed)})")
         finally:
             web.terminate()
             web.wait(timeout=10)
