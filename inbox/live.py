@@ -50,6 +50,9 @@ READ_LIMIT = 1000
 REPLAY_LIMIT = 500
 # Signals waiting for a slow connection; past this it is closed and reconnects.
 QUEUE_LIMIT = 1000
+# Signals told lately, kept to hand a page that subscribes just after its replay's read
+# whatever was told in between (LiveHub.subscribe).
+TOLD_LIMIT = 5 * READ_LIMIT
 
 
 @dataclasses.dataclass(frozen=True)
@@ -244,18 +247,56 @@ class LiveHub:
         # Read again within LAG_SECONDS, told once.
         self.told = Recent(20 * READ_LIMIT)
         self.told_presence = Recent(READ_LIMIT)
+        # The signals told lately, with when (time.monotonic()), oldest first; and when the
+        # newest one dropped from it was told.
+        self.recent: collections.deque[tuple[float, Signal]] = collections.deque()
+        self.dropped_at = -1.0
+        # Where a reader that starts afresh reads from at the latest: the newest event the
+        # replays of the pages that subscribed meanwhile had read.
+        self.start_at: int | None = None
 
-    def subscribe(self, subscription: Subscription) -> None:
+    def subscribe(self, subscription: Subscription, *, read_at: float | None = None,
+                  replayed_to: int | None = None) -> bool:
+        """Tell subscription every signal from now on; return whether none was missed.
+
+        A page whose replay was read at read_at (time.monotonic(), before the read) is
+        handed at once what was told since, so a change committed between its read and now
+        reaches it. False means some of that is no longer kept (more than TOLD_LIMIT told
+        since): the page reads its replay again, after subscribing. replayed_to is the
+        newest event its read saw: a reader that starts afresh reads past it, not past the
+        newest event of its own first read, or a change committed in between is lost.
+        """
         self.subscriptions.add(subscription)
+        if replayed_to is not None and self.last_id < 0:
+            self.start_at = (replayed_to if self.start_at is None
+                             else min(self.start_at, replayed_to))
+        complete = True
+        if read_at is not None:
+            complete = self.dropped_at < read_at
+            for told_at, signal in self.recent:
+                if told_at >= read_at:
+                    subscription.offer(signal)
         if self.reader is None or self.reader.done():
-            # In a context of its own, not the first page's request: its database calls
-            # then run in asgiref's one shared thread, on one connection kept for the
-            # process, instead of a request's thread that ends with the request.
-            self.reader = asyncio.get_running_loop().create_task(
-                self._read(), context=contextvars.Context())
+            self._start_reader()
+        return complete
 
     def unsubscribe(self, subscription: Subscription) -> None:
         self.subscriptions.discard(subscription)
+
+    def _start_reader(self) -> None:
+        # In a context of its own, not the first page's request: its database calls then
+        # run in asgiref's one shared thread, on one connection kept for the process,
+        # instead of a request's thread that ends with the request.
+        self.reader = asyncio.get_running_loop().create_task(
+            self._read(), context=contextvars.Context())
+
+    def _tell(self, signal: Signal) -> None:
+        now = time.monotonic()
+        self.recent.append((now, signal))
+        if len(self.recent) > TOLD_LIMIT:
+            self.dropped_at = self.recent.popleft()[0]
+        for subscription in list(self.subscriptions):
+            subscription.offer(signal)
 
     async def _read(self) -> None:
         """Read new events and fan them out while anyone listens; a failure is retried."""
@@ -272,24 +313,33 @@ class LiveHub:
             # replays what it missed from its own ?since=), not from where this one stopped.
             self.last_id = -1
             self.seen.clear()
+            self.start_at = None
         finally:
             # The shared thread's connection goes back (to the pool, or closed) when nobody
             # listens any more or the server stops (the reader cancelled): a web with no
             # live page open holds none for the hub.
             await sync_to_async(connection_close)()
+        if self.subscriptions:
+            # A page subscribed while the connection went back, and found this reader not
+            # yet done: it would wait for a signal that no reader reads.
+            self._start_reader()
 
     async def _poll(self) -> None:
         if self.last_id < 0:
-            self.last_id = await sync_to_async(latest_event_id)()
+            latest = await sync_to_async(latest_event_id)()
+            if self.start_at is not None:
+                # No further than the newest of their own, (a Last-Event-ID past the newest
+                # event must not make everyone miss the events before it).
+                latest = min(latest, self.start_at)
+                self.start_at = None
+            self.last_id = latest
             self.seen.append((time.monotonic(), self.last_id))
             return
         floor = self._floor()
         signals = await sync_to_async(signals_after)(floor)
         for signal in signals:
-            if not self.told.add(signal.event):
-                continue
-            for subscription in list(self.subscriptions):
-                subscription.offer(signal)
+            if self.told.add(signal.event):
+                self._tell(signal)
         if signals:
             self.last_id = max(self.last_id, signals[-1].event)
         self.seen.append((time.monotonic(), self.last_id))

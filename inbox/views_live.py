@@ -6,7 +6,9 @@ the page fetches what it shows through the authorized views.
 """
 
 import asyncio
+import dataclasses
 import json
+import time
 from collections.abc import AsyncIterator
 
 from asgiref.sync import sync_to_async
@@ -40,18 +42,23 @@ def live_stream(request: HttpRequest) -> HttpResponse:
         # A WSGI server would hold a thread per open stream and never end it: say there is
         # no stream here (204 stops EventSource reconnecting); pages work without it.
         return HttpResponse(status=204)
+    after = _last_event_id(request)
     try:
         if not request.user.is_authenticated:
             return HttpResponse("Sign in to follow changes.", status=401,
                                 content_type="text/plain")
         audience = live.audience_for(user=request.user)
+        # What happened since the page was rendered (or while the browser was away before
+        # it reconnected), read here on the connection the sign-in used: read in the
+        # stream, after its 200, it took a second one from the pool, and with a thousand
+        # pages reconnecting at once it waited past the pool's timeout and broke the stream.
+        replay = Replay.read(after) if after is not None else None
     finally:
         # The stream reads nothing more in this request's thread (the hub reads for it):
         # give the connection back now, not when the stream ends, or every open page
         # holds one.
         live.connection_close()
-    response = StreamingHttpResponse(
-        _events(audience, after=_last_event_id(request)), content_type="text/event-stream")
+    response = StreamingHttpResponse(_events(audience, replay), content_type="text/event-stream")
     response["Cache-Control"] = "no-cache"
     response["X-Accel-Buffering"] = "no"  # nginx: pass each event on at once
     return response
@@ -67,7 +74,29 @@ def _last_event_id(request: HttpRequest) -> int | None:
     return None
 
 
-def _replay(after: int) -> list[live.Signal]:
+@dataclasses.dataclass(frozen=True)
+class Replay:
+    """The signals after the event a page had, as read when its stream was asked for."""
+
+    after: int
+    read_at: float  # time.monotonic() before the read: the hub hands over what it told since
+    signals: list[live.Signal]
+
+    @classmethod
+    def read(cls, after: int) -> "Replay":
+        read_at = time.monotonic()
+        return cls(after=after, read_at=read_at,
+                   signals=live.signals_after(after, limit=live.REPLAY_LIMIT))
+
+    @property
+    def newest(self) -> int | None:
+        """The newest event the read saw (all of them up to it), None if it was cut short."""
+        if len(self.signals) >= live.REPLAY_LIMIT:
+            return None
+        return self.signals[-1].event if self.signals else self.after
+
+
+def _read_again(after: int) -> list[live.Signal]:
     """Return the signals after the event the page had, and give the connection back."""
     try:
         return live.signals_after(after, limit=live.REPLAY_LIMIT)
@@ -75,20 +104,29 @@ def _replay(after: int) -> list[live.Signal]:
         live.connection_close()
 
 
-async def _events(audience: live.Audience, *, after: int | None) -> AsyncIterator[str]:
-    # What the response's middleware wrote after the view gave its connection back (a
-    # session saved, say) took one again in this request's thread, to be held until the
-    # stream ends: give it back before the stream waits.
-    await sync_to_async(live.connection_close)()
+async def _events(audience: live.Audience, replay: Replay | None) -> AsyncIterator[str]:
     subscription = live.Subscription(audience)
+    complete = True
     hub = live.hub()
-    hub.subscribe(subscription)
+    if replay is None:
+        hub.subscribe(subscription)
+    else:
+        # What the page missed first, oldest first, then what the hub told since the read
+        # (subscribe hands it over), then what it tells from now on: no await in between.
+        for signal in replay.signals:
+            subscription.offer(signal)
+        complete = hub.subscribe(subscription, read_at=replay.read_at,
+                                 replayed_to=replay.newest)
     try:
+        # What the response's middleware wrote after the view gave its connection back (a
+        # session saved, say) took one again in this request's thread, to be held until the
+        # stream ends: give it back before the stream waits.
+        await sync_to_async(live.connection_close)()
         yield f"retry: {RETRY_MS}\n: connected\n\n"
-        if after is not None:
-            # What happened since the page was rendered (or while the browser was away
-            # before it reconnected), then the live ones.
-            for signal in await sync_to_async(_replay)(after):
+        if replay is not None and not complete:
+            # More was told between the read and the subscription than the hub keeps (rare:
+            # thousands of changes): read it again, now that it is subscribed.
+            for signal in await sync_to_async(_read_again)(replay.after):
                 subscription.offer(signal)
         while True:
             try:

@@ -3,6 +3,7 @@
 import asyncio
 import json
 import threading
+import time
 
 import pytest
 from asgiref.sync import ThreadSensitiveContext, sync_to_async
@@ -306,3 +307,142 @@ def test_an_open_stream_holds_no_database_connection_even_when_its_session_was_s
             return await sync_to_async(_connection_open)()
 
     assert _run(scenario) is False
+
+
+def test_a_page_is_handed_what_was_told_between_its_replay_and_its_subscription():
+    """A change told after the page's replay was read, before its stream subscribed,
+    reaches it; one told before the read (the replay has it) is not handed again."""
+
+    async def scenario() -> tuple[list[int], bool]:
+        hub = LiveHub()
+        hub.last_id = 3  # a reader already running for other pages
+        hub.reader = asyncio.get_running_loop().create_future()  # not done: no new reader
+        hub._tell(_signal(4))
+        read_at = time.monotonic()
+        hub._tell(_signal(5))
+        page = Subscription(Audience(SKILL_1_SUPERVISOR))
+        complete = hub.subscribe(page, read_at=read_at, replayed_to=4)
+        hub.reader.cancel()
+        return [page.queue.get_nowait().event for _ in range(page.queue.qsize())], complete
+
+    assert _run(scenario) == ([5], True)
+
+
+def test_a_page_whose_handover_is_no_longer_kept_is_told_to_read_again(monkeypatch):
+    monkeypatch.setattr(live, "TOLD_LIMIT", 2)
+
+    async def scenario() -> tuple[bool, bool]:
+        hub = LiveHub()
+        hub.last_id = 3
+        hub.reader = asyncio.get_running_loop().create_future()
+        before = time.monotonic()
+        hub._tell(_signal(4))
+        middle = time.monotonic()
+        for event in (5, 6):
+            hub._tell(_signal(event))  # 4 dropped: told after `before`, not after `middle`
+        early = hub.subscribe(Subscription(Audience(SKILL_1_SUPERVISOR)), read_at=before)
+        late = hub.subscribe(Subscription(Audience(SKILL_1_SUPERVISOR)), read_at=middle)
+        hub.reader.cancel()
+        return early, late
+
+    assert _run(scenario) == (False, True)
+
+
+@pytest.mark.parametrize(("replayed_to", "starts_at"), [(5, 5), (20, 9), (None, 9)])
+def test_a_reader_that_starts_afresh_reads_past_what_its_pages_replayed(
+        monkeypatch, replayed_to, starts_at):
+    """Its first read finds event 9 the newest: a page whose replay read up to 5 would miss
+    6 to 9 if the reader went on from 9. A Last-Event-ID past the newest event moves it
+    nowhere (every other page would miss what comes before it)."""
+    monkeypatch.setattr(live, "latest_event_id", lambda: 9)
+
+    async def scenario() -> int:
+        hub = LiveHub()
+        hub.reader = asyncio.get_running_loop().create_future()
+        hub.subscribe(Subscription(Audience(SKILL_1_SUPERVISOR)), read_at=time.monotonic(),
+                      replayed_to=replayed_to)
+        hub.reader.cancel()
+        await hub._poll()
+        return hub.last_id
+
+    assert _run(scenario) == starts_at
+
+
+def test_a_page_that_subscribes_while_the_last_reader_stops_gets_a_reader(monkeypatch):
+    """The reader found no page and was giving its connection back when one subscribed:
+    it was not done, so no new one started, and the page waited for signals nobody read."""
+    monkeypatch.setattr(live, "latest_event_id", lambda: 9)
+    monkeypatch.setattr(live, "signals_after",  # 10 commits after the page's read
+                        lambda floor, **kwargs: [_signal(10)] if release.is_set() else [])
+    monkeypatch.setattr(live, "presence_since", lambda at, **kwargs: [])
+    monkeypatch.setattr(live, "POLL_SECONDS", 0.01)
+    closing = threading.Event()
+    release = threading.Event()
+
+    def slow_close() -> None:
+        closing.set()
+        release.wait(5)
+
+    monkeypatch.setattr(live, "connection_close", slow_close)
+
+    async def scenario() -> int:
+        hub = LiveHub()
+        first = Subscription(Audience(SKILL_1_SUPERVISOR))
+        hub.subscribe(first)
+        await asyncio.sleep(0.05)
+        hub.unsubscribe(first)
+        await asyncio.get_running_loop().run_in_executor(None, closing.wait, 5)
+        page = Subscription(Audience(SKILL_1_SUPERVISOR))
+        hub.subscribe(page, read_at=time.monotonic(), replayed_to=9)
+        release.set()
+        signal = await asyncio.wait_for(page.queue.get(), 5)
+        hub.unsubscribe(page)
+        return signal.event
+
+    assert _run(scenario) == 10
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_stream_reads_its_replay_in_the_request_not_after_its_200(make_task, worker,
+                                                                    monkeypatch):
+    """The replay is read on the connection the sign-in used: once the response has begun,
+    the stream takes none from the pool (a thousand reconnecting at once waited past its
+    timeout there, and broke their streams)."""
+    task = make_task()
+    since = live.latest_event_id()
+    task_claim(worker=worker, task_id=task.pk)
+    [missed] = [signal.event for signal in signals_after(since)]
+
+    def no_replay_read(floor, *, limit=live.READ_LIMIT):
+        # The hub's own reads go on (nothing new); a replay's read here is the failure.
+        assert limit != live.REPLAY_LIMIT, "the stream read its replay after its 200"
+        return []
+
+    async def scenario() -> list[str]:
+        response = await _open_stream(worker, f"since={since}")
+        monkeypatch.setattr(live, "signals_after", no_replay_read)
+        monkeypatch.setattr(live, "latest_event_id", lambda: missed)
+        return await _read_until(response.streaming_content, f"id: {missed}")
+
+    chunks = _run(scenario)
+    assert [c for c in chunks if c.startswith(f"id: {missed}\n")]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_change_told_while_a_stream_was_starting_reaches_it(make_task, worker):
+    """Stream B's replay is read in its request; the change commits and is told (stream A
+    hears it) before B's stream starts: the hub hands it to B as B subscribes."""
+    task = make_task()
+    since = live.latest_event_id()
+
+    async def scenario() -> list[str]:
+        a = await _open_stream(worker, f"since={since}")
+        await _read_until(a.streaming_content, ": connected")
+        b = await _open_stream(worker, f"since={since}")  # replay read: nothing yet
+        await sync_to_async(task_claim)(worker=worker, task_id=task.pk)
+        await _read_until(a.streaming_content, "event: task")
+        return await _read_until(b.streaming_content, "event: task")
+
+    chunks = _run(scenario)
+    payload = json.loads(chunks[-1].split("data: ", 1)[1])
+    assert (payload["task"], payload["action"]) == (str(task.pk), "claim")
