@@ -88,6 +88,9 @@ def bench_environment(*, broker: str = "memory://localhost/") -> None:
     env["INBOX_EMULATOR_PORT"] = str(closed_port())
     env.setdefault("LOG_LEVEL", "WARNING")
     env.setdefault("INBOX_VAR_DIR", str(ROOT / "var" / "bench"))
+    # STATIC_ROOT: render and ui collect the static files into it; the other benches serve
+    # none, and without the directory each web worker they start warns that it is missing.
+    (Path(env["INBOX_VAR_DIR"]) / "static").mkdir(parents=True, exist_ok=True)
 
 
 def _fernet_key() -> str:
