@@ -273,9 +273,13 @@ class LiveHub:
         complete = True
         if read_at is not None:
             complete = self.dropped_at < read_at
-            for told_at, signal in self.recent:
-                if told_at >= read_at:
-                    subscription.offer(signal)
+            since: list[Signal] = []
+            for told_at, signal in reversed(self.recent):  # newest first, only as far back
+                if told_at < read_at:
+                    break
+                since.append(signal)
+            for signal in reversed(since):
+                subscription.offer(signal)
         if self.reader is None or self.reader.done():
             self._start_reader()
         return complete

@@ -320,12 +320,13 @@ def test_a_page_is_handed_what_was_told_between_its_replay_and_its_subscription(
         hub._tell(_signal(4))
         read_at = time.monotonic()
         hub._tell(_signal(5))
+        hub._tell(_signal(6))
         page = Subscription(Audience(SKILL_1_SUPERVISOR))
         complete = hub.subscribe(page, read_at=read_at, replayed_to=4)
         hub.reader.cancel()
         return [page.queue.get_nowait().event for _ in range(page.queue.qsize())], complete
 
-    assert _run(scenario) == ([5], True)
+    assert _run(scenario) == ([5, 6], True)  # oldest first
 
 
 def test_a_page_whose_handover_is_no_longer_kept_is_told_to_read_again(monkeypatch):
