@@ -332,8 +332,8 @@ class LiveHub:
         if self.last_id < 0:
             latest = await sync_to_async(latest_event_id)()
             if self.start_at is not None:
-                # No further than the newest of their own, (a Last-Event-ID past the newest
-                # event must not make everyone miss the events before it).
+                # From the oldest of their replays, never past the newest event: a
+                # Last-Event-ID from the future must not make every page miss what precedes it.
                 latest = min(latest, self.start_at)
                 self.start_at = None
             self.last_id = latest
