@@ -5,7 +5,6 @@ Every call goes through ``_call``, which turns botocore's errors into
 token, so no parameter value ever reaches an exception message or a log line.
 """
 
-import functools
 import json
 import re
 import threading
@@ -71,7 +70,9 @@ DLQ_RETENTION_SECONDS = 14 * 24 * 3600
 # The intake worker validates, encrypts and upserts a batch of 10 well within this.
 INTAKE_VISIBILITY_TIMEOUT = 60
 INTAKE_WAIT_SECONDS = 20
-# The first calls of several threads at once (the drain's senders) build one client.
+# The clients built, by what they were built from (client); the first calls of several
+# threads at once (the drain's senders) build one, under the lock.
+_clients: dict[tuple[Service, str | None, str, bool, bool], BaseClient] = {}
 _clients_lock = threading.Lock()
 
 
@@ -83,14 +84,26 @@ def client(*, service: Service, probe: bool = False) -> BaseClient:
 
     probe: the client of readiness checks and metrics (short timeouts, no retry).
     """
+    key = (service, settings.AWS_ENDPOINT_URL, settings.AWS_REGION, settings.INBOX_EMULATOR,
+           probe)
+    # Read without the lock: every call of every sender thread comes here, and a dict
+    # read is atomic; only a client not yet built takes the lock.
+    built = _clients.get(key)
+    if built is None:
+        with _clients_lock:  # one build, however many threads ask for it at once
+            built = _clients.get(key)
+            if built is None:
+                built = _clients[key] = _client(
+                    service=service, endpoint_url=key[1], region=key[2], emulator=key[3],
+                    probe=probe)
+    return built
+
+
+def clients_forget() -> None:
+    """Forget the clients built, so the next call builds new ones (a forked child must not
+    share its parent's connections)."""
     with _clients_lock:
-        return _client(
-            service=service,
-            endpoint_url=settings.AWS_ENDPOINT_URL,
-            region=settings.AWS_REGION,
-            emulator=settings.INBOX_EMULATOR,
-            probe=probe,
-        )
+        _clients.clear()
 
 
 def clients_build(*services: Service) -> None:
@@ -103,7 +116,6 @@ def clients_build(*services: Service) -> None:
         client(service=service)
 
 
-@functools.cache
 def _client(
     *, service: Service, endpoint_url: str | None, region: str, emulator: bool, probe: bool
 ) -> BaseClient:

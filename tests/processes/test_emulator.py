@@ -3,8 +3,10 @@
 import json
 import socket
 import sys
+import threading
 import urllib.request
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from botocore.stub import Stubber
@@ -300,3 +302,47 @@ def test_unreachable_endpoint_is_retryable():
     assert caught.value.retryable is True
     assert caught.value.error_code == "EndpointConnectionError"
     assert "DescribeExecution" in caught.value.message
+
+
+# The shared clients ---------------------------------------------------------------------
+
+
+def test_threads_asking_at_once_get_one_client_built_once(monkeypatch):
+    """The drain's sender threads ask for the client at once: one build, one client."""
+    aws.clients_forget()
+    built = []
+    real = aws._client
+    entered = threading.Barrier(8)
+
+    def counted(**kwargs):
+        built.append(kwargs["service"])
+        return real(**kwargs)
+
+    monkeypatch.setattr(aws, "_client", counted)
+
+    def ask(_):
+        entered.wait()
+        return aws.client(service="stepfunctions")
+
+    with ThreadPoolExecutor(8) as pool:
+        clients = list(pool.map(ask, range(8)))
+
+    assert built == ["stepfunctions"]
+    assert len({id(one) for one in clients}) == 1
+    assert aws.client(service="stepfunctions") is clients[0]
+
+
+def test_a_client_is_built_for_each_endpoint_and_forgotten_on_demand():
+    """Another endpoint setting gets its own client; clients_forget makes the next call
+    build a new one (a forked process must not share its parent's sockets)."""
+    first = aws.client(service="stepfunctions")
+    with override_settings(AWS_ENDPOINT_URL="http://127.0.0.1:9"):
+        elsewhere = aws.client(service="stepfunctions")
+    assert elsewhere is not first
+    assert elsewhere.meta.endpoint_url == "http://127.0.0.1:9"
+    assert aws.client(service="stepfunctions") is first
+    assert aws.client(service="stepfunctions", probe=True) is not first
+
+    aws.clients_forget()
+
+    assert aws.client(service="stepfunctions") is not first
