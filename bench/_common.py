@@ -220,6 +220,27 @@ def scratch_database(name: str, *, keep: bool = False) -> Iterator[str]:
 # Bulk loading ---------------------------------------------------------------------------
 
 
+def checkpoint() -> None:
+    """Flush what a load (or a phase before) left dirty, before the next measured phase.
+
+    Loading 1M tasks writes about ten times the WAL of loading 100k: without this, the
+    checkpoints it sets off (every max_wal_size of WAL) went on writing through the phases
+    measured after it (PostgreSQL's log, 2026-12-07: one ran for 42 s across the sweeper's
+    steady phase at 1M, none at 100k), so a phase measured the load's leftovers, and two
+    phases run one after the other did not meet the same disk.
+    """
+    from django.db import connection
+    from django.db.utils import DatabaseError
+
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("CHECKPOINT")
+    except DatabaseError as exc:
+        # Needs a superuser or the pg_checkpoint role.
+        print(f"CHECKPOINT refused ({exc}): the load's writes may still be flushing while "
+              f"the next phase is measured")
+
+
 def tasks_insert(cursor: "object", *, count: int, start: int = 1, history: bool = False,
                  **columns: str) -> None:
     """Insert count tasks with one INSERT ... SELECT generate_series(start, start+count-1).

@@ -9,7 +9,7 @@ For each size: load that many non-due tasks (60% completed, 20% queued, 10% in p
 passed, a third each on the offer, work and overall clock (policy abort), with one
 INSERT ... SELECT generate_series each, then VACUUM ANALYZE and a CHECKPOINT (another
 before the steady phase: no phase is measured while what came before it is still being
-flushed, see checkpoint()). Then run the clock process's loop
+flushed, see _common.checkpoint). Then run the clock process's loop
 (inbox.services.clock.deadlines_round, as deadlines_wait runs it: sweep when a deadline
 has passed, then sleep until the next, at most INBOX_CLOCK_MAX_WAIT_MS; no pause while a
 batch comes back full), optionally under load
@@ -42,6 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import (
     bench_environment,
+    checkpoint,
     cycle,
     goal_print,
     machine_print,
@@ -232,26 +233,6 @@ def seed(*, size: int, due: int, skills: int) -> None:
             "INSERT INTO bench_due SELECT id, CASE state WHEN 'offered' THEN offer_deadline "
             "WHEN 'in_progress' THEN work_deadline ELSE overall_deadline END, 'backlog' "
             "FROM inbox_task WHERE title LIKE 'Due %'")
-
-
-def checkpoint() -> None:
-    """Flush what the load (or the backlog) left dirty before the next measured phase.
-
-    Loading 1M tasks writes about ten times the WAL of loading 100k: without this, the
-    checkpoints it sets off (every max_wal_size of WAL) were still writing through the
-    measured phases at 1M and not at 100k (PostgreSQL's log, 2026-12-07: one ran for 42 s
-    across the steady phase), and the comparison of sizes measured the load's leftovers.
-    """
-    from django.db import connection
-    from django.db.utils import DatabaseError
-
-    try:
-        with connection.cursor() as cursor:
-            cursor.execute("CHECKPOINT")
-    except DatabaseError as exc:
-        # Needs a superuser or pg_checkpoint; the figures are then marked as unsettled.
-        print(f"CHECKPOINT refused ({exc}): the load's writes may still be flushing while "
-              f"the next phase is measured")
 
 
 def steady_schedule(args: argparse.Namespace) -> int:

@@ -53,6 +53,7 @@ from _common import (
     api_token,
     bench_environment,
     bench_version_record,
+    checkpoint,
     cycle,
     free_port,
     goal_print,
@@ -162,6 +163,7 @@ def run(args: argparse.Namespace, phases: list[str]) -> dict[str, dict]:
     with connection.cursor() as cursor:
         tasks_insert(cursor, count=args.tasks, skill_id=cycle(skills), history=True)
         cursor.execute("VACUUM ANALYZE inbox_task")
+    checkpoint()
     print(f"\n{args.tasks:,} queued tasks over {args.skills} skills loaded in "
           f"{time.perf_counter() - started:.1f} s")
     taker_skill = [skills[(i // args.share) % len(skills)] for i in range(args.takers)]

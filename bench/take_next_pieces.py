@@ -46,6 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (
     bench_environment,
     bench_version_record,
+    checkpoint,
     cycle,
     libpq_url,
     machine_print,
@@ -195,6 +196,7 @@ def run(args: argparse.Namespace) -> None:
     emails = dict(User.objects.filter(pk__in=ids).values_list("pk", "email"))
     with connection.cursor() as cursor:
         cursor.execute("VACUUM ANALYZE")
+    checkpoint()
     print(f"\n{args.tasks:,} queued tasks over {args.skills} skills; {count:,} workers, each "
           f"taking up to their capacity ({capacity}) in a row; {args.calls:,} takes per "
           f"variant per round, {args.rounds} rounds, one connection, statements prepared")
