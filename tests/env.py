@@ -41,3 +41,6 @@ _defaults = {
 }
 for _name, _value in _defaults.items():
     os.environ.setdefault(_name, _value)
+# STATIC_ROOT: the tests serve static files through the finders, but whitenoise warns
+# ("No directory at ...") in every process that starts without it.
+os.makedirs(os.path.join(os.environ["INBOX_VAR_DIR"], "static"), exist_ok=True)
