@@ -6,7 +6,8 @@ Usage (PostgreSQL only; makes and drops its own database, inbox_bench_take_next)
         bench/take_next.py [--tasks 1000000] [--skills 100] [--takers 32] [--seconds 15]
 
 Loads --tasks queued tasks spread over --skills pull queues with one INSERT ... SELECT
-generate_series, then runs three phases of --seconds each (after --warmup seconds that
+generate_series (then VACUUM ANALYZE and a CHECKPOINT: no phase meets the load's
+flushing), then runs three phases of --seconds each (after --warmup seconds that
 are not counted), one after the other on the same database:
 
 - raw: a plain SQL loop, one autocommit statement per claim
