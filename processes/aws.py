@@ -84,8 +84,9 @@ def client(*, service: Service, probe: bool = False) -> BaseClient:
 
     probe: the client of readiness checks and metrics (short timeouts, no retry).
     """
-    key = (service, settings.AWS_ENDPOINT_URL, settings.AWS_REGION, settings.INBOX_EMULATOR,
-           probe)
+    endpoint_url, region = settings.AWS_ENDPOINT_URL, settings.AWS_REGION
+    emulator = settings.INBOX_EMULATOR
+    key = (service, endpoint_url, region, emulator, probe)
     # Read without the lock: every call of every sender thread comes here, and a dict
     # read is atomic; only a client not yet built takes the lock.
     built = _clients.get(key)
@@ -94,8 +95,8 @@ def client(*, service: Service, probe: bool = False) -> BaseClient:
             built = _clients.get(key)
             if built is None:
                 built = _clients[key] = _client(
-                    service=service, endpoint_url=key[1], region=key[2], emulator=key[3],
-                    probe=probe)
+                    service=service, endpoint_url=endpoint_url, region=region,
+                    emulator=emulator, probe=probe)
     return built
 
 
