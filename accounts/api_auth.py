@@ -43,6 +43,10 @@ TOKENS_PAGE = "/team/tokens/"
 LAST_USED_EVERY = datetime.timedelta(minutes=1)
 # A refused token is audited at most once per window per caller address.
 REFUSED_AUDIT_SECONDS = 60
+# The roles in _candidates_sql's order, and their names, made once: every API request
+# binds them (Role.values builds its list anew at each call).
+_ROLES = tuple(Role)
+_ROLE_NAMES = tuple(role.value for role in _ROLES)
 
 
 class TokenRefused(exceptions.AuthenticationFailed):
@@ -103,7 +107,7 @@ def _candidates(*, key: str) -> list[ApiToken]:
     of a take); the rows become instances as the ORM would make them (config.rows).
     """
     connection = connections[ApiToken.objects.db]
-    sql, params = _candidates_sql(connection.vendor), [*Role.values, key]
+    sql, params = _candidates_sql(connection.vendor), [*_ROLE_NAMES, key]
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         rows = cursor.fetchall()
@@ -113,7 +117,7 @@ def _candidates(*, key: str) -> list[ApiToken]:
         token = tokens.instance(row[:tokens.width], connection)
         user = users.instance(row[tokens.width:tokens.width + users.width], connection)
         roles_remember(user=user, roles=[role for role, held in zip(
-            Role, row[tokens.width + users.width:], strict=True) if held])
+            _ROLES, row[tokens.width + users.width:], strict=True) if held])
         token.user = user
         found.append(token)
     return found
@@ -132,7 +136,7 @@ def _candidates_sql(vendor: str) -> str:
         f"EXISTS (SELECT 1 FROM {quote(memberships.db_table)} m JOIN "  # noqa: S608
         f"{quote(Group._meta.db_table)} g ON g.{quote('id')} = m.{quote('group_id')} "
         f"WHERE m.{quote('user_id')} = u.{quote(user_id)} AND g.{quote('name')} = %s)"
-        for _ in Role]
+        for _ in _ROLES]
     # No ORDER BY: the key finds one row or a few, each compared by the caller.
     return (f"SELECT {', '.join(columns + roles)} "  # noqa: S608 (names from the models)
             f"FROM {quote(ApiToken._meta.db_table)} t JOIN {quote(User._meta.db_table)} u "
