@@ -605,5 +605,16 @@ def goal_print(what: str, value: float, goal: float, *, unit: str = "",
     """
     met = value <= goal if most else value >= goal
     sign = "<=" if most else ">="
-    print(f"GOAL {what}: {value:,.2f}{unit} (goal {sign} {goal:g}{unit}): "
+    print(f"GOAL {what}: {goal_figure(value, goal)}{unit} (goal {sign} {goal:g}{unit}): "
           f"{'met' if met else 'NOT met'}")
+
+
+def goal_figure(value: float, goal: float) -> str:
+    """Return value with two decimals, or as many more (up to six) as it takes to tell it
+    from goal: 0.498 against 0.5 printed "0.50" beside "NOT met" (bench/take_next.py,
+    2026-12-07), a figure that read as the goal itself."""
+    for decimals in range(2, 7):
+        figure = f"{value:,.{decimals}f}"
+        if value == goal or float(figure.replace(",", "")) != goal:
+            return figure
+    return figure
