@@ -10,13 +10,13 @@ event loop and a thread at each boundary between sync-only and async-capable mid
 That was most of a request's CPU (docs/BENCHMARKS.md, "The web server": three times the
 /healthz requests a second, twice the API takes, once split). So this application sends
 the stream's path to Django's ASGI handler and every other request to Django's WSGI
-handler, run in a pool of threads by a2wsgi. Both handlers are the same site: the same
-settings, URLs, middleware and views.
+handler, run in a pool of threads by a2wsgi (config.wsgi_threads: without a wait on the
+event loop per message). Both handlers are the same site: the same settings, URLs,
+middleware and views.
 """
 
 import os
 
-from a2wsgi import WSGIMiddleware
 from django.conf import settings
 from django.core.asgi import get_asgi_application
 from django.core.handlers.wsgi import WSGIHandler
@@ -28,6 +28,7 @@ streams = get_asgi_application()
 from django.urls import reverse  # noqa: E402  (needs the settings set up above)
 
 from config.startup import web_warm  # noqa: E402
+from config.wsgi_threads import ThreadedWSGI  # noqa: E402
 
 STREAM_PATHS = frozenset({reverse("inbox:live")})
 
@@ -42,7 +43,7 @@ def _threads() -> int:
 
 # The handler itself, not get_wsgi_application(): that would run django.setup() (and
 # configure logging) a second time; get_asgi_application() above ran it.
-requests = WSGIMiddleware(WSGIHandler(), workers=_threads())
+requests = ThreadedWSGI(WSGIHandler(), workers=_threads())
 
 
 async def application(scope: dict, receive, send) -> None:
