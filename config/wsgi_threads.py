@@ -59,6 +59,7 @@ class ThreadedResponder(WSGIResponder):
         super().__init__(app, executor, send_queue_size)
         # Unbounded: room is the semaphore's, taken in the thread without the loop.
         self.send_queue = asyncio.Queue()
+        # At most send_queue_size messages unsent: a slow client holds the thread, not memory.
         self.room = threading.Semaphore(send_queue_size)
         self.sender_task: asyncio.Task | None = None
 
