@@ -5,8 +5,8 @@ pool of threads, with a2wsgi (docs/DECISIONS.md). a2wsgi hands each ASGI message
 the request's thread and the event loop and blocks the thread until the loop has taken it
 (``run_coroutine_threadsafe(...).result()``): a POST waits on the loop four times (its
 body, the response's start, its body, the closing empty chunk), a GET three. Each wait is
-a thread put to sleep and woken, and the GIL handed over twice; in a py-spy of the HTTP
-take they were about a fifth of the web's samples (docs/BENCHMARKS.md).
+a thread put to sleep and woken, and the GIL handed over twice (docs/BENCHMARKS.md, "The
+ASGI entry's threads without a wait per message", measures what they cost).
 
 ThreadedWSGI keeps a2wsgi's pool, environ and streamed body, and changes two things:
 
