@@ -1,10 +1,12 @@
 """The ASGI entry point serves the live stream over ASGI and every other request over WSGI."""
 
 import asyncio
+import hashlib
 import http.client
 import importlib
 import json
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
@@ -92,3 +94,15 @@ def test_the_live_stream_is_served_by_the_asgi_handler(asgi_server, worker):
     assert status == 200
     assert headers["content-type"].startswith("text/event-stream")
     assert b"connected" in body
+
+
+def test_a_static_file_of_many_chunks_is_served_byte_for_byte(asgi_server):
+    # WhiteNoise's file response, iterated by Django in blocks of 4 KiB: far more messages
+    # than config.wsgi_threads lets wait unsent.
+    path = Path(settings.STATIC_ROOT) / "admin" / "js" / "vendor" / "jquery" / "jquery.js"
+    expected = path.read_bytes()
+    assert len(expected) > 20 * 4096
+    status, _, body = _request(asgi_server,
+                               f"{settings.STATIC_URL}admin/js/vendor/jquery/jquery.js")
+    assert status == 200
+    assert hashlib.sha256(body).hexdigest() == hashlib.sha256(expected).hexdigest()
