@@ -80,11 +80,17 @@ def test_complete_over_the_api_reads_its_task_once_and_writes_three_rows_in_two(
     statements = _statements(queries)
     # token (the user's roles in the same read), the task (permission), its UPDATE, the
     # event and the outbox row in one (inbox.bulk.rows_insert_each), the answer's history.
-    assert len(statements) == 5, statements
+    # SQLite has no INSERT in a WITH: there the event and the outbox row are one INSERT each.
+    on_postgres = connection.vendor == "postgresql"
+    assert len(statements) == (5 if on_postgres else 6), statements
     assert sum('FROM "inbox_task"' in sql for sql in statements) == 1
     assert statements[2].startswith('UPDATE "inbox_task"') and '"version" = ' in statements[2]
-    assert statements[3].startswith("WITH r0 AS (INSERT INTO \"inbox_taskevent\"")
-    assert 'r1 AS (INSERT INTO "inbox_outbox"' in statements[3]
+    if on_postgres:
+        assert statements[3].startswith("WITH r0 AS (INSERT INTO \"inbox_taskevent\"")
+        assert 'r1 AS (INSERT INTO "inbox_outbox"' in statements[3]
+    else:
+        assert statements[3].startswith('INSERT INTO "inbox_taskevent"')
+        assert statements[4].startswith('INSERT INTO "inbox_outbox"')
 
 
 @pytest.mark.postgres
