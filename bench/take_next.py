@@ -36,6 +36,7 @@ those of the whole box, load generator included.
 
 import argparse
 import http.client
+import json
 import multiprocessing
 import os
 import random
@@ -262,7 +263,12 @@ def cpu_split(pools: dict[str, list[list[int]]], taker_skill: list[int], calls: 
     other in this process (no concurrency: nothing queues), rounds times taking turns, and
     print each one's CPU per claim, this process and its PostgreSQL backend apart: the
     median of the rounds and their spread (on a shared machine one round's figure may be
-    off by half). The takes are given back after each round."""
+    off by half). The takes are given back after each round.
+
+    With the http phase, each round also takes calls tasks with POST /api/inbox/tasks/next/
+    and makes calls GET /healthz, both through Django's WSGI handler in this process (every
+    middleware, DRF, the service; no server, no socket, no connection pool): what the web
+    adds to a take apart from the server and from the machine's other load."""
     import psycopg
     from django.db import connection
 
@@ -273,7 +279,15 @@ def cpu_split(pools: dict[str, list[list[int]]], taker_skill: list[int], calls: 
         return
     workers = _service_workers(pools)
     _room_check("--cpu", calls, holders=len(workers), capacity=capacity)
-    figures: dict[str, list[tuple[float, float]]] = {"service call": [], "raw SQL claim": []}
+    tokens = [token for pool in pools.get("http", []) for token in pool]
+    if tokens:
+        # The last three warm up with one take each (_cpu_http_round).
+        _room_check("--cpu (http)", calls, holders=len(tokens) - 3, capacity=capacity)
+    figures: dict[str, list[tuple[float, float]]] = {"service call": []}
+    if tokens:
+        figures.update({"HTTP take in-process (WSGI handler)": [],
+                        "GET /healthz in-process (WSGI handler)": []})
+    figures["raw SQL claim"] = []
     with psycopg.connect(libpq_url(), autocommit=True) as conn, conn.cursor() as raw:
         params = {"worker": pools["raw"][0][0], "skill": taker_skill[0]}
         for _ in range(rounds):
@@ -288,6 +302,8 @@ def cpu_split(pools: dict[str, list[list[int]]], taker_skill: list[int], calls: 
                     (client, (_backend_cpu_ms(cursor) - backend) / calls))
             for worker, task_id in taken:
                 worker_service.task_release(worker=worker, task_id=task_id)
+            if tokens:
+                _cpu_http_round(figures, tokens, calls, capacity)
             claimed = []
             backend, client = _backend_cpu_ms(raw), time.process_time()
             for _ in range(calls):
@@ -300,6 +316,78 @@ def cpu_split(pools: dict[str, list[list[int]]], taker_skill: list[int], calls: 
           f"{rounds} rounds taking turns (median, and the rounds' spread):")
     print(table(["path", "client CPU ms", "PostgreSQL CPU ms", "total"],
                 cpu_rows(figures)))
+
+
+def _cpu_http_round(figures: dict[str, list[tuple[float, float]]], tokens: list[str],
+                    calls: int, capacity: int) -> None:
+    """One round of --cpu's in-process HTTP rows: calls takes by the http phase's workers
+    (each up to their capacity; the tasks cancelled after), then calls GET /healthz."""
+    from django.core.handlers.wsgi import WSGIHandler
+    from django.db import connection
+
+    handler = WSGIHandler()
+    # The connection lives through the round (request_finished would close it once
+    # CONN_MAX_AGE passed): its backend's CPU is read before and after.
+    connection.ensure_connection()
+    connection.close_at = None
+    with connection.cursor() as cursor:
+        # Each token noted as just used, as at its creation (workers_create): a round
+        # after the first minute would otherwise write each token's note once, one take
+        # in capacity, which a token in steady use writes once a minute.
+        cursor.execute("UPDATE accounts_apitoken SET last_used_at = now()")
+    # Warm: the URL resolver, DRF's settings, the first plans.
+    warm = [_wsgi_call(handler, "POST", "/api/inbox/tasks/next/", token=token)
+            for token in tokens[-3:]]
+    with connection.cursor() as cursor:
+        backend, client = _backend_cpu_ms(cursor), time.process_time()
+    taken = [_wsgi_call(handler, "POST", "/api/inbox/tasks/next/", token=tokens[n // capacity])
+             for n in range(calls)]
+    with connection.cursor() as cursor:
+        # One backend through the round (close_at cleared above).
+        figures["HTTP take in-process (WSGI handler)"].append(
+            ((time.process_time() - client) * 1000 / calls,
+             (_backend_cpu_ms(cursor) - backend) / calls))
+        backend, client = _backend_cpu_ms(cursor), time.process_time()
+    for _ in range(calls):
+        _wsgi_call(handler, "GET", "/healthz")
+    with connection.cursor() as cursor:
+        figures["GET /healthz in-process (WSGI handler)"].append(
+            ((time.process_time() - client) * 1000 / calls,
+             (_backend_cpu_ms(cursor) - backend) / calls))
+    # Taken out of the queues for good, as the raw claims are put back: released, they
+    # would come back with a longer history (a longer answer) each round. The workers are
+    # free again for the next round.
+    ids = [json.loads(content)["id"] for content in warm + taken]
+    with connection.cursor() as cursor:
+        cursor.execute("UPDATE inbox_task SET state = 'cancelled' WHERE id = ANY(%s::uuid[])",
+                       [ids])
+
+
+def _wsgi_call(handler: object, method: str, path: str, *, token: str | None = None) -> bytes:
+    """Send one request to a WSGI handler as a server would (the response read and
+    closed, which ends the request: request_finished); return its body; exit unless it
+    answers 200."""
+    import io
+
+    body = b"{}" if method == "POST" else b""
+    environ = {
+        "REQUEST_METHOD": method, "PATH_INFO": path, "SCRIPT_NAME": "", "QUERY_STRING": "",
+        "SERVER_NAME": "127.0.0.1", "SERVER_PORT": "80", "SERVER_PROTOCOL": "HTTP/1.1",
+        "HTTP_HOST": "127.0.0.1", "REMOTE_ADDR": "127.0.0.1", "wsgi.url_scheme": "http",
+        "wsgi.input": io.BytesIO(body), "wsgi.errors": sys.stderr,
+        "CONTENT_LENGTH": str(len(body)), "CONTENT_TYPE": "application/json",
+    }
+    if token is not None:
+        environ["HTTP_AUTHORIZATION"] = f"Token {token}"
+    statuses = []
+    response = handler(environ, lambda status, headers, exc_info=None: statuses.append(status))
+    try:
+        content = b"".join(response)
+    finally:
+        response.close()
+    if not statuses[0].startswith("200"):
+        raise SystemExit(f"--cpu: {method} {path} answered {statuses[0]}: {content[:200]!r}")
+    return content
 
 
 def cpu_rows(figures: dict[str, list[tuple[float, float]]]) -> list[list[str]]:

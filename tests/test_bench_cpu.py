@@ -68,3 +68,18 @@ def test_the_cpu_table_gives_each_paths_median_its_spread_and_its_ratio_round_by
         ["raw SQL claim", "0.100 (0.100-0.150)", "0.250 (0.200-0.300)",
          "0.350 (0.300-0.450), 1.00x raw"],
     ]
+
+
+def test_the_in_process_request_answers_the_handlers_body_and_stops_on_any_other_status(db):
+    """bench/take_next.py --cpu sends its HTTP rows' requests to Django's WSGI handler in
+    its own process: the body of a 200, and a stop naming the request otherwise."""
+    import json
+
+    import pytest
+    from django.core.handlers.wsgi import WSGIHandler
+    from take_next import _wsgi_call
+
+    handler = WSGIHandler()
+    assert json.loads(_wsgi_call(handler, "GET", "/healthz"))["status"] == "ok"
+    with pytest.raises(SystemExit, match=r"POST /api/inbox/tasks/next/ answered 401"):
+        _wsgi_call(handler, "POST", "/api/inbox/tasks/next/", token="inbox_" + "0" * 64)
