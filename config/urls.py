@@ -15,14 +15,16 @@ urlpatterns = [
     path("healthz", healthz, name="healthz"),
     path("readyz", readyz, name="readyz"),
     path("metrics", metrics_view, name="metrics"),
+    # The API before the pages: Django tries the patterns in order, and the API's calls are
+    # the most frequent requests (no page's pattern begins with api/, so none is hidden).
+    path("api/inbox/", include("inbox.api_urls")),
+    path("api/processes/", include("processes.urls")),
+    path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("", include("inbox.urls")),
     path("accounts/", include("allauth.urls")),
     path("team/", include("accounts.urls")),
     path("team/processes/", include("processes.page_urls")),
     path("admin/", admin.site.urls),
-    path("api/processes/", include("processes.urls")),
-    path("api/inbox/", include("inbox.api_urls")),
-    path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     # Browsers ask for /favicon.ico on pages that name no icon (the admin's).
     path("favicon.ico", RedirectView.as_view(url=f"{settings.STATIC_URL}inbox/favicon.svg")),
 ]
