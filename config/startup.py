@@ -1,5 +1,7 @@
 """What a web process makes once, before it serves its first request."""
 
+import gc
+
 from django.db import connections
 from django.urls import reverse
 
@@ -17,6 +19,11 @@ def web_warm() -> None:
     builder held the database connection its sign-in had taken; hundreds of threads then
     queued on the import lock of the pool's module (py-spy dumps of bench/live.py, a
     thousand streams at once: most waited past the pool's 10 s timeout).
+
+    Last, everything made so far (modules, settings, URL tables: what lives as long as the
+    process) is moved out of the garbage collector's reach (gc.freeze): each full
+    collection no longer walks it, and requests that make many objects trigger those
+    collections often (docs/BENCHMARKS.md, "A request's garbage collections").
     """
     reverse("inbox:live")  # builds every reverse table of the URL resolver
     for connection in connections.all():
@@ -25,3 +32,5 @@ def web_warm() -> None:
     # with redis-py's asyncio and cluster modules, 130-150 ms of CPU in each process on
     # this kind of machine, spent inside that first decision's request.
     app.connection_for_write().get_transport_cls()  # a class: nothing is connected
+    # Nothing frozen is ever collected as a cycle: only what lives as long as the process.
+    gc.freeze()
