@@ -40,9 +40,11 @@ import json
 import multiprocessing
 import os
 import random
+import re
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections import Counter
 from pathlib import Path
@@ -133,12 +135,22 @@ def main() -> None:
     parser.add_argument("--cpu-rounds", type=int, default=5, metavar="R",
                         help="--cpu's rounds, the service and the raw claim taking turns: "
                              "each figure is the median of R, with its spread (default 5)")
+    parser.add_argument("--instructions", type=int, default=0, metavar="N",
+                        help="also count, with valgrind's callgrind, the instructions of "
+                             "an HTTP take and of GET /healthz through Django's WSGI "
+                             "handler in one process: a run of 100 requests and one of "
+                             "100 + N, the difference over N (needs the http phase)")
+    parser.add_argument("--instructions-child", nargs=3, metavar=("PATH", "CALLS", "CAPACITY"),
+                        help=argparse.SUPPRESS)
     parser.add_argument("--keep", action="store_true", help="keep the database afterwards")
     parser.add_argument("--quick", action="store_true",
                         help=f"small sizes for a smoke check: {QUICK} (explicit options win)")
     if "--quick" in sys.argv[1:]:
         parser.set_defaults(**QUICK)
     args = parser.parse_args()
+    if args.instructions_child:
+        instructions_child(*args.instructions_child)
+        return
     phases = [p.strip() for p in args.phases.split(",") if p.strip()]
     unknown = set(phases) - {"raw", "service", "http", "http-floor", "paced"}
     if unknown:
@@ -205,6 +217,8 @@ def run(args: argparse.Namespace, phases: list[str]) -> dict[str, dict]:
         print(f"service call: {queries} SQL statements per take (one call, counted)")
     if args.cpu:
         cpu_split(pools, taker_skill, args.cpu, args.capacity, rounds=args.cpu_rounds)
+    if args.instructions:
+        instructions_count(pools, args.instructions, args.capacity)
     if args.profile:
         profile_service(pools, args.profile, args.capacity)
     if args.profile_http:
@@ -361,6 +375,97 @@ def _cpu_http_round(figures: dict[str, list[tuple[float, float]]], tokens: list[
     with connection.cursor() as cursor:
         cursor.execute("UPDATE inbox_task SET state = 'cancelled' WHERE id = ANY(%s::uuid[])",
                        [ids])
+
+
+# The run every --instructions count subtracts: its requests, and what starting costs.
+INSTRUCTIONS_BASE = 100
+INSTRUCTIONS_PATHS = {"take": "HTTP POST /api/inbox/tasks/next/", "healthz": "GET /healthz"}
+
+
+def instructions_count(pools: dict[str, list[list[int]]], calls: int, capacity: int) -> None:
+    """Count the instructions of one HTTP take and of one GET /healthz, each through
+    Django's WSGI handler in a process of its own run under valgrind's callgrind: a run of
+    INSTRUCTIONS_BASE requests and one of INSTRUCTIONS_BASE + calls, the difference over
+    calls. An instruction count does not move with the machine's other load or its clock,
+    where CPU time on a shared machine moves by a fifth between two runs of the same code:
+    it tells two commits apart by a few per cent. The children start with
+    PYTHONHASHSEED=0, so two runs of one commit count the same to a few in ten thousand."""
+    import shutil
+
+    from django.db import connection, connections
+
+    tokens = [token for pool in pools.get("http", []) for token in pool]
+    if not tokens:
+        print("--instructions needs the http phase")
+        return
+    if shutil.which("valgrind") is None:
+        raise SystemExit("--instructions needs valgrind (Debian's package valgrind)")
+    _room_check("--instructions", INSTRUCTIONS_BASE + calls + 3, holders=len(tokens),
+                capacity=capacity)
+    counts = {}
+    for path in INSTRUCTIONS_PATHS:
+        for n in (INSTRUCTIONS_BASE, INSTRUCTIONS_BASE + calls):
+            with connection.cursor() as cursor:
+                # Each child's workers free and their tokens noted as just used.
+                cursor.execute("UPDATE inbox_task SET state = 'cancelled' "
+                               "WHERE state = 'in_progress'")
+                cursor.execute("UPDATE accounts_apitoken SET last_used_at = now()")
+            connections.close_all()
+            counts[path, n] = _callgrind_total(path, n, capacity)
+    print(f"\nInstructions per request (valgrind --tool=callgrind; runs of "
+          f"{INSTRUCTIONS_BASE} and {INSTRUCTIONS_BASE + calls} requests in one process "
+          f"each, the difference over {calls}):")
+    per = {path: (counts[path, INSTRUCTIONS_BASE + calls] - counts[path, INSTRUCTIONS_BASE])
+           / calls for path in INSTRUCTIONS_PATHS}
+    print(table(["request", "instructions", "ratio to GET /healthz"],
+                [[INSTRUCTIONS_PATHS[path], f"{per[path]:,.0f}",
+                  f"{per[path] / per['healthz']:.2f}x"] for path in INSTRUCTIONS_PATHS]))
+
+
+def _callgrind_total(path: str, calls: int, capacity: int) -> int:
+    """Run instructions_child under callgrind; return the instructions it counted."""
+    with tempfile.TemporaryDirectory() as directory:
+        done = subprocess.run(
+            ["valgrind", "--tool=callgrind", f"--callgrind-out-file={directory}/out",
+             sys.executable, str(Path(__file__).resolve()), "--instructions-child", path,
+             str(calls), str(capacity)],
+            env={**os.environ, "PYTHONHASHSEED": "0"}, capture_output=True, text=True,
+            check=False)
+        return callgrind_collected(done.stderr, what=f"--instructions {path} {calls}",
+                                   returncode=done.returncode)
+
+
+def callgrind_collected(stderr: str, *, what: str, returncode: int = 0) -> int:
+    """Return the instruction count callgrind printed ("Collected : N"); exit if none."""
+    found = re.search(r"^==\d+== Collected : (\d+)$", stderr, re.MULTILINE)
+    if returncode != 0 or found is None:
+        raise SystemExit(f"{what} failed (exit {returncode}): {stderr[-1500:]}")
+    return int(found.group(1))
+
+
+def instructions_child(path: str, calls: str, capacity: str) -> None:
+    """--instructions' child: calls requests of path ("take" or "healthz") through
+    Django's WSGI handler in this process, on the database DATABASE_URL names, after the
+    web's own start (config.startup.web_warm) and three requests to warm up. Each take
+    by the http phase's workers, each up to their capacity."""
+    import django
+
+    django.setup()
+    from django.core.handlers.wsgi import WSGIHandler
+
+    from config.startup import web_warm
+
+    web_warm()
+    handler = WSGIHandler()
+    tokens = (api_token("http-", i) for i in range(10**9))
+    token = None
+    for n in range(3 + int(calls)):
+        if path == "take":
+            if n % int(capacity) == 0:
+                token = next(tokens)
+            _wsgi_call(handler, "POST", "/api/inbox/tasks/next/", token=token)
+        else:
+            _wsgi_call(handler, "GET", "/healthz")
 
 
 def _wsgi_call(handler: object, method: str, path: str, *, token: str | None = None) -> bytes:

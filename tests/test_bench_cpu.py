@@ -83,3 +83,17 @@ def test_the_in_process_request_answers_the_handlers_body_and_stops_on_any_other
     assert json.loads(_wsgi_call(handler, "GET", "/healthz"))["status"] == "ok"
     with pytest.raises(SystemExit, match=r"POST /api/inbox/tasks/next/ answered 401"):
         _wsgi_call(handler, "POST", "/api/inbox/tasks/next/", token="inbox_" + "0" * 64)
+
+
+def test_callgrinds_count_is_read_from_its_summary_and_a_run_without_one_stops():
+    import pytest
+    from take_next import callgrind_collected
+
+    stderr = ("==4711== Callgrind, a call-graph generating cache profiler\n"
+              "==4711== Events    : Ir\n==4711== Collected : 4541985760\n==4711==\n"
+              "==4711== I   refs:      4,541,985,760\n")
+    assert callgrind_collected(stderr, what="x") == 4_541_985_760
+    with pytest.raises(SystemExit, match=r"--instructions take 100 failed \(exit 1\)"):
+        callgrind_collected(stderr, what="--instructions take 100", returncode=1)
+    with pytest.raises(SystemExit, match="failed"):
+        callgrind_collected("==1== I   refs: 12\n", what="x")
