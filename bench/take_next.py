@@ -215,10 +215,12 @@ def run(args: argparse.Namespace, phases: list[str]) -> dict[str, dict]:
     queries = service_queries(pools)
     if queries is not None:
         print(f"service call: {queries} SQL statements per take (one call, counted)")
+    if args.instructions:
+        # First: its takes find tasks with only their receive event, as the http phase
+        # does (--cpu's rounds leave tasks taken and released, with longer histories).
+        instructions_count(pools, args.instructions, args.capacity)
     if args.cpu:
         cpu_split(pools, taker_skill, args.cpu, args.capacity, rounds=args.cpu_rounds)
-    if args.instructions:
-        instructions_count(pools, args.instructions, args.capacity)
     if args.profile:
         profile_service(pools, args.profile, args.capacity)
     if args.profile_http:
