@@ -23,7 +23,7 @@ def web_warm() -> None:
     Last, everything made so far (modules, settings, URL tables: what lives as long as the
     process) is moved out of the garbage collector's reach (gc.freeze): each full
     collection no longer walks it, and requests that make many objects trigger those
-    collections often (docs/BENCHMARKS.md, "A request's garbage collections").
+    collections often (docs/BENCHMARKS.md, "An HTTP take's instructions").
     """
     reverse("inbox:live")  # builds every reverse table of the URL resolver
     for connection in connections.all():

@@ -14,7 +14,6 @@ from typing import Any
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema, extend_schema_field
 from rest_framework import exceptions, serializers
-from rest_framework.exceptions import ErrorDetail
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -170,7 +169,8 @@ def valid_input(serializer_class: type[serializers.Serializer], request: Request
 
     One instance per class validates every request: is_valid on a new one runs the same
     run_validation, after deep-copying the class's fields, which was 5 % of the web's CPU
-    under the HTTP take (docs/BENCHMARKS.md). run_validation keeps nothing on the instance.
+    under the HTTP take (docs/BENCHMARKS.md, "An HTTP take's instructions"). run_validation
+    keeps nothing on the instance.
     """
     try:
         return dict(_validator(serializer_class).run_validation(request.data))
@@ -178,7 +178,7 @@ def valid_input(serializer_class: type[serializers.Serializer], request: Request
         if isinstance(exc.detail, list) and exc.get_codes() == ["null"]:
             # A body of null: is_valid words it so (Serializer.errors), not as a field's null.
             raise serializers.ValidationError({api_settings.NON_FIELD_ERRORS_KEY: [
-                ErrorDetail("No data provided", code="null")]}) from exc
+                exceptions.ErrorDetail("No data provided", code="null")]}) from exc
         raise
 
 
