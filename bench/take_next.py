@@ -295,7 +295,7 @@ def cpu_split(pools: dict[str, list[list[int]]], taker_skill: list[int], calls: 
         return
     workers = _service_workers(pools)
     _room_check("--cpu", calls, holders=len(workers), capacity=capacity)
-    tokens = [token for pool in pools.get("http", []) for token in pool]
+    tokens = _http_tokens(pools)
     if tokens:
         # The last three warm up with one take each (_cpu_http_round).
         _room_check("--cpu (http)", calls, holders=len(tokens) - 3, capacity=capacity)
@@ -334,6 +334,18 @@ def cpu_split(pools: dict[str, list[list[int]]], taker_skill: list[int], calls: 
                 cpu_rows(figures)))
 
 
+def _http_tokens(pools: dict[str, list[list[int]]]) -> list[str]:
+    """The http phase's API tokens, every taker's pool in turn (none without the phase)."""
+    return [token for pool in pools.get("http", []) for token in pool]
+
+
+def _tokens_noted_now(cursor) -> None:
+    """Note every token as just used, as at its creation (workers_create): a request
+    after the first minute would otherwise write its token's note once, which a token in
+    steady use writes once a minute."""
+    cursor.execute("UPDATE accounts_apitoken SET last_used_at = now()")
+
+
 def _cpu_http_round(figures: dict[str, list[tuple[float, float]]], tokens: list[str],
                     calls: int, capacity: int) -> None:
     """One round of --cpu's in-process HTTP rows: calls takes by the http phase's workers
@@ -347,10 +359,7 @@ def _cpu_http_round(figures: dict[str, list[tuple[float, float]]], tokens: list[
     connection.ensure_connection()
     connection.close_at = None
     with connection.cursor() as cursor:
-        # Each token noted as just used, as at its creation (workers_create): a round
-        # after the first minute would otherwise write each token's note once, one take
-        # in capacity, which a token in steady use writes once a minute.
-        cursor.execute("UPDATE accounts_apitoken SET last_used_at = now()")
+        _tokens_noted_now(cursor)
     # Warm: the URL resolver, DRF's settings, the first plans.
     warm = [_wsgi_call(handler, "POST", "/api/inbox/tasks/next/", token=token)
             for token in tokens[-3:]]
@@ -396,7 +405,7 @@ def instructions_count(pools: dict[str, list[list[int]]], calls: int, capacity: 
 
     from django.db import connection, connections
 
-    tokens = [token for pool in pools.get("http", []) for token in pool]
+    tokens = _http_tokens(pools)
     if not tokens:
         print("--instructions needs the http phase")
         return
@@ -411,7 +420,7 @@ def instructions_count(pools: dict[str, list[list[int]]], calls: int, capacity: 
                 # Each child's workers free and their tokens noted as just used.
                 cursor.execute("UPDATE inbox_task SET state = 'cancelled' "
                                "WHERE state = 'in_progress'")
-                cursor.execute("UPDATE accounts_apitoken SET last_used_at = now()")
+                _tokens_noted_now(cursor)
             connections.close_all()
             counts[path, n] = _callgrind_total(path, n, capacity)
     print(f"\nInstructions per request (valgrind --tool=callgrind; runs of "
@@ -460,10 +469,10 @@ def instructions_child(path: str, calls: str, capacity: str) -> None:
     web_warm()
     handler = WSGIHandler()
     tokens = (api_token("http-", i) for i in range(10**9))
-    token = None
+    token, each = None, int(capacity)
     for n in range(3 + int(calls)):
         if path == "take":
-            if n % int(capacity) == 0:
+            if n % each == 0:
                 token = next(tokens)
             _wsgi_call(handler, "POST", "/api/inbox/tasks/next/", token=token)
         else:
@@ -493,7 +502,8 @@ def _wsgi_call(handler: object, method: str, path: str, *, token: str | None = N
     finally:
         response.close()
     if not statuses[0].startswith("200"):
-        raise SystemExit(f"--cpu: {method} {path} answered {statuses[0]}: {content[:200]!r}")
+        raise SystemExit(f"In-process request: {method} {path} answered {statuses[0]}: "
+                         f"{content[:200]!r}")
     return content
 
 
@@ -568,7 +578,7 @@ def profile_http(pools: dict[str, list[list[int]]], calls: int, capacity: int) -
     from accounts.models import User
     from inbox.services import worker as worker_service
 
-    tokens = [token for pool in pools.get("http", []) for token in pool]
+    tokens = _http_tokens(pools)
     if not tokens:
         print("--profile-http needs the http phase")
         return
