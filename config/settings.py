@@ -116,6 +116,8 @@ if _database_url:
         # The message of dj_database_url names the scheme, never the password.
         raise ImproperlyConfigured(f"DATABASE_URL is not usable: {exc}") from None
     if _database["ENGINE"].endswith("postgresql"):
+        # Django's backend with timestamps parsed by psycopg's C loader (config.postgresql).
+        _database["ENGINE"] = "config.postgresql"
         # An unreachable server fails a request (and /readyz) in seconds, not after the
         # operating system's TCP timeout; ?connect_timeout= in DATABASE_URL wins.
         _database.setdefault("OPTIONS", {}).setdefault("connect_timeout", 5)

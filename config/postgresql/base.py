@@ -1,0 +1,66 @@
+"""Django's PostgreSQL backend, its timestamps read by psycopg's C parser.
+
+Django's backend reads every timestamptz value through a loader of its own, derived from
+psycopg's pure-Python TimestamptzLoader (django.db.backends.postgresql.psycopg_any,
+BaseTzLoader), so psycopg-binary's C parser is never used for them (Django ticket #36960,
+psycopg issue #1273: the C class cannot be subclassed). A task's row holds eight
+timestamps and an HTTP take reads a dozen or more: the regular expression and the Python
+arithmetic of each were an eighth of the take's Python (docs/BENCHMARKS.md, "Timestamps
+read by psycopg's C parser"). The loader here answers exactly what Django's does, the
+parsed moment with its tzinfo replaced by the connection's time zone, parsed by whatever
+psycopg registered for timestamptz (C with psycopg-binary, its Python class without).
+Everything else is Django's backend unchanged; ENGINE names this module's package.
+"""
+
+import datetime
+import functools
+from typing import Any
+
+from django.conf import settings
+from django.db.backends.postgresql import base
+from django.db.backends.postgresql.psycopg_any import get_adapters_template
+from psycopg import adapt, adapters, postgres
+from psycopg.abc import AdaptContext
+from psycopg.pq import Format
+
+TIMESTAMPTZ_OID = postgres.types["timestamptz"].oid
+# psycopg's own loader of timestamptz text, as psycopg registered it: the C class when
+# psycopg-binary is installed (requirements.txt), the pure-Python one otherwise.
+PARSER = adapters.get_loader(TIMESTAMPTZ_OID, Format.TEXT)
+
+
+class DatabaseWrapper(base.DatabaseWrapper):
+    def get_connection_params(self) -> dict[str, Any]:
+        # The pool (DATABASE_POOL_MAX) makes its connections with these parameters too.
+        params = super().get_connection_params()
+        params["context"] = adapters_for(settings.USE_TZ, self.timezone)
+        return params
+
+
+@functools.lru_cache
+def adapters_for(use_tz: bool, timezone: datetime.tzinfo | None) -> adapt.AdaptersMap:
+    """Django's adapters for (use_tz, timezone), with timestamptz_loader's loader."""
+    context = adapt.AdaptersMap(get_adapters_template(use_tz, timezone))
+    context.register_loader(TIMESTAMPTZ_OID, timestamptz_loader(timezone))
+    return context
+
+
+@functools.lru_cache
+def timestamptz_loader(timezone: datetime.tzinfo | None) -> type[adapt.Loader]:
+    """The loader of timestamptz text whose values are in timezone (None: naive), as
+    Django's SpecificTzLoader answers them, parsed by PARSER."""
+
+    class TimestamptzLoader(adapt.Loader):
+        # Django's cursor compares it with the connection's own (create_cursor): equal, it
+        # leaves this loader in place.
+        timezone: datetime.tzinfo | None
+
+        def __init__(self, oid: int, context: AdaptContext | None = None) -> None:
+            super().__init__(oid, context)
+            self.parse = PARSER(oid, context).load
+
+        def load(self, data: Any) -> datetime.datetime:
+            return self.parse(data).replace(tzinfo=timezone)
+
+    TimestamptzLoader.timezone = timezone
+    return TimestamptzLoader
