@@ -6,11 +6,13 @@ input and its service call. Every view reaches tasks through inbox.selectors.acc
 or a service that calls it. No serializer has a token field.
 """
 
+import datetime
 import functools
 from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
+from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema, extend_schema_field
 from rest_framework import exceptions, serializers
@@ -102,7 +104,20 @@ class TaskDetailSerializer(TaskSerializer):
 # The hot answers as plain dicts: the serializers above describe them (the OpenAPI schema)
 # and a test checks both give the same JSON; building these costs a fraction of DRF's
 # field-by-field serialization (docs/DECISIONS.md).
-_when = serializers.DateTimeField().to_representation
+_drf_when = serializers.DateTimeField().to_representation
+
+
+def _when(value: datetime.datetime) -> str:
+    """value as DRF's DateTimeField shows it: ISO 8601 in the current time zone, UTC as Z.
+
+    Its to_representation without its per-value settings lookups and calls, for the half
+    dozen moments each answer holds (a naive value, which the database never gives, goes
+    to DRF's own). tests/inbox/test_api.py compares the two.
+    """
+    if value.tzinfo is None:
+        return _drf_when(value)
+    text = value.astimezone(timezone.get_current_timezone()).isoformat()
+    return text[:-6] + "Z" if text.endswith("+00:00") else text
 
 
 def task_data(task: Task) -> dict[str, Any]:

@@ -131,6 +131,32 @@ def test_the_answers_plain_dicts_are_what_the_serializers_describe(make_task, ma
     assert list(task_detail_data(queued)["input"]) == ["z", "a", "m"]
 
 
+@pytest.mark.parametrize("zone", ["UTC", "Asia/Kolkata", "America/St_Johns"])
+def test_a_moment_is_shown_as_drf_s_datetime_field_shows_it(zone):
+    """The answers' moments (inbox.api._when) as DRF's DateTimeField gives them, in the
+    request's current time zone: aware in any zone, naive, with and without micros."""
+    import datetime
+    import random
+    import zoneinfo
+
+    from django.utils import timezone
+    from rest_framework import serializers
+
+    from inbox.api import _when
+
+    field = serializers.DateTimeField()
+    chance = random.Random(15)
+    start = datetime.datetime(1890, 1, 1, tzinfo=datetime.UTC)
+    moments = [start + datetime.timedelta(seconds=chance.randrange(200 * 365 * 86400),
+                                          microseconds=chance.choice([0, 1, 123456]))
+               for _ in range(200)]
+    moments += [moment.astimezone(zoneinfo.ZoneInfo("Europe/Paris")) for moment in moments[:50]]
+    moments += [moment.replace(tzinfo=None) for moment in moments[:20]]
+    with timezone.override(zoneinfo.ZoneInfo(zone)):
+        for moment in moments:
+            assert _when(moment) == field.to_representation(moment), moment
+
+
 def test_complete_then_next_answers_the_next_task_in_the_same_request(api, make_task,
                                                                       make_worker):
     """then=next, as the page's "Complete and next": the decision, then the next take."""
