@@ -9,6 +9,7 @@ arithmetic of each were an eighth of the take's Python (docs/BENCHMARKS.md, "Tim
 read by psycopg's C parser"). The loader here answers exactly what Django's does, the
 parsed moment with its tzinfo replaced by the connection's time zone, parsed by whatever
 psycopg registered for timestamptz (C with psycopg-binary, its Python class without).
+Its connections are checked before use only after they sat idle (config.postgresql.idle).
 Everything else is Django's backend unchanged; ENGINE names this module's package.
 """
 
@@ -17,11 +18,15 @@ import functools
 from typing import Any
 
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+from django.db.backends.base.base import NO_DB_ALIAS
 from django.db.backends.postgresql import base
 from django.db.backends.postgresql.psycopg_any import get_adapters_template
 from psycopg import adapt, adapters, postgres
 from psycopg.abc import AdaptContext
 from psycopg.pq import Format
+
+from config.postgresql import idle
 
 TIMESTAMPTZ_OID = postgres.types["timestamptz"].oid
 # psycopg's own loader of timestamptz text, as psycopg registered it: the C class when
@@ -35,6 +40,43 @@ class DatabaseWrapper(base.DatabaseWrapper):
         params = super().get_connection_params()
         params["context"] = adapters_for(settings.USE_TZ, self.timezone)
         return params
+
+    @property
+    def pool(self) -> Any:
+        """Django's pool (OPTIONS["pool"], DATABASE_POOL_MAX), made as Django makes it but
+        for its check of a connection it hands out: with CONN_HEALTH_CHECKS, only after the
+        connection sat idle (idle.pool_check), not psycopg_pool's check of every one."""
+        options = self.settings_dict["OPTIONS"].get("pool")
+        if self.alias == NO_DB_ALIAS or not options:
+            return None
+        if self.alias not in self._connection_pools:
+            if self.settings_dict.get("CONN_MAX_AGE", 0) != 0:
+                raise ImproperlyConfigured("Pooling doesn't support persistent connections.")
+            from psycopg_pool import ConnectionPool
+
+            pool = ConnectionPool(
+                # Autocommit as Django's: Django sets each connection's mode when it takes it.
+                kwargs={**self.get_connection_params(), "autocommit": True},
+                open=False, configure=self._configure_connection,
+                check=idle.pool_check if self.settings_dict["CONN_HEALTH_CHECKS"] else None,
+                **({} if options is True else options))
+            # setdefault: of two threads making it at once, the first one's is kept.
+            self._connection_pools.setdefault(self.alias, pool)
+        return self._connection_pools[self.alias]
+
+    def create_cursor(self, name: str | None = None) -> Any:
+        cursor = super().create_cursor(name)
+        idle.used(self.connection)  # Every statement Django runs goes through a cursor.
+        return cursor
+
+    def close_if_health_check_failed(self) -> None:
+        # CONN_HEALTH_CHECKS' round trip only for a connection that sat idle (config.
+        # postgresql.idle); a pooled one is checked by the pool (settings: idle.pool_check).
+        if self.connection is not None and not self.pool and idle.recently_used(
+                self.connection):
+            self.health_check_done = True
+            return
+        super().close_if_health_check_failed()
 
 
 @functools.lru_cache

@@ -93,3 +93,75 @@ def test_a_model_s_moment_reads_back_as_written(db):
     read = User.objects.get(pk=user.pk).date_joined
     assert read == joined
     assert read.tzinfo is connection.timezone
+
+
+def _checks(monkeypatch) -> list[int]:
+    """Count Django's health checks (is_usable's round trip) of the connection."""
+    made = []
+    is_usable = connection.is_usable
+    monkeypatch.setattr(connection, "is_usable", lambda: made.append(1) or is_usable())
+    return made
+
+
+def _next_request() -> None:
+    # What close_old_connections does at a request's start: the check is due again.
+    connection.health_check_done = False
+
+
+def test_a_connection_used_within_the_second_runs_no_health_check(db, monkeypatch):
+    from config.postgresql import idle
+
+    assert connection.settings_dict["CONN_HEALTH_CHECKS"]
+    User.objects.exists()
+    checks = _checks(monkeypatch)
+    _next_request()
+    User.objects.exists()
+    assert checks == []
+    # Idle for longer: checked once, at the request's first statement.
+    connection.connection.inbox_used_at -= idle.CHECK_AFTER_IDLE + 0.5
+    _next_request()
+    User.objects.exists()
+    User.objects.exists()
+    assert checks == [1]
+
+
+def test_a_connection_dropped_while_idle_is_replaced_before_use(transactional_db):
+    """The server ends the connection (a restart, an idle timeout); after it sat idle,
+    the next request's check finds it gone and its statement runs on a new one."""
+    import psycopg
+
+    from config.postgresql import idle
+
+    User.objects.exists()
+    dropped = connection.connection
+    with psycopg.connect(**{k: v for k, v in connection.get_connection_params().items()
+                            if k not in ("context", "prepare_threshold")}) as other:
+        other.execute("SELECT pg_terminate_backend(%s)", [dropped.info.backend_pid])
+    dropped.inbox_used_at -= idle.CHECK_AFTER_IDLE + 0.5
+    _next_request()
+    assert User.objects.exists() in (True, False)
+    assert connection.connection is not dropped
+
+
+def test_the_pool_checks_a_connection_only_after_it_sat_idle():
+    """psycopg_pool's check (settings: OPTIONS["pool"]["check"]): a connection that ran a
+    statement within the second is handed out as it is; one idle longer is checked, and a
+    dead one raises, so that the pool replaces it."""
+    import psycopg
+    from django.conf import settings
+
+    from config.postgresql import idle
+
+    params = settings.DATABASES["default"]
+    with psycopg.connect(dbname=params["NAME"], host=params["HOST"], port=params["PORT"],
+                         user=params["USER"], password=params["PASSWORD"],
+                         autocommit=True) as dead:
+        with psycopg.connect(dbname=params["NAME"], host=params["HOST"], port=params["PORT"],
+                             user=params["USER"], password=params["PASSWORD"],
+                             autocommit=True) as other:
+            other.execute("SELECT pg_terminate_backend(%s)", [dead.info.backend_pid])
+        idle.used(dead)
+        idle.pool_check(dead)  # Used within the second: not checked.
+        dead.inbox_used_at -= idle.CHECK_AFTER_IDLE + 0.5
+        with pytest.raises(psycopg.OperationalError):
+            idle.pool_check(dead)

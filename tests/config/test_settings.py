@@ -177,13 +177,15 @@ def test_a_pooled_web_process_queries_through_psycopg_s_pool(db):
               "from django.db import connection; d = settings.DATABASES['default']; "
               "print(d['CONN_MAX_AGE'], d['OPTIONS']['pool']['max_size']); "
               "c = connection.cursor(); c.execute('select 41 + 1'); print(c.fetchone()[0]); "
-              "print(type(connection.pool).__name__); "
+              "print(type(connection.pool).__name__, connection.pool._check.__qualname__); "
               "print(connection.connection.adapters.get_loader(1184, 0).__module__)")
     result = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env,
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     # Its connections read timestamps with config.postgresql's loader (1184: timestamptz).
-    assert result.stdout.split() == ["0", "3", "42", "ConnectionPool", "config.postgresql.base"]
+    # The pool checks a connection after it sat idle only (config.postgresql.idle).
+    assert result.stdout.split() == ["0", "3", "42", "ConnectionPool", "pool_check",
+                                     "config.postgresql.base"]
 
 
 @pytest.mark.postgres
