@@ -72,9 +72,11 @@ class DatabaseWrapper(base.DatabaseWrapper):
 
     def close_if_health_check_failed(self) -> None:
         # CONN_HEALTH_CHECKS' round trip only for a connection that sat idle (config.
-        # postgresql.idle); a pooled one is checked by the pool (pool above: idle.pool_check).
-        if self.connection is not None and not self.pool and idle.recently_used(
-                self.connection):
+        # postgresql.idle). Every cursor calls this: the check already done (or off) is
+        # looked at first, as Django's does. A pooled connection is checked by the pool
+        # (the pool above: idle.pool_check), never here.
+        if (self.connection is not None and self.health_check_enabled
+                and not self.health_check_done and idle.recently_used(self.connection)):
             self.health_check_done = True
             return
         super().close_if_health_check_failed()
