@@ -13,6 +13,7 @@ from psycopg.pq import Format
 
 from accounts.models import User
 from config.postgresql.base import PARSER, TIMESTAMPTZ_OID, timestamptz_loader
+from tests.drills.conftest import backend_terminate, own_connection
 
 pytestmark = pytest.mark.postgres
 
@@ -128,38 +129,25 @@ def test_a_connection_used_within_the_second_runs_no_health_check(db, monkeypatc
 def test_a_connection_dropped_while_idle_is_replaced_before_use(transactional_db):
     """The server ends the connection (a restart, an idle timeout); after it sat idle,
     the next request's check finds it gone and its statement runs on a new one."""
-    import psycopg
-
     from config.postgresql import idle
 
     User.objects.exists()
     dropped = connection.connection
-    with psycopg.connect(**{k: v for k, v in connection.get_connection_params().items()
-                            if k not in ("context", "prepare_threshold")}) as other:
-        other.execute("SELECT pg_terminate_backend(%s)", [dropped.info.backend_pid])
+    backend_terminate(dropped.info.backend_pid)
     dropped.inbox_used_at -= idle.CHECK_AFTER_IDLE + 0.5
     _next_request()
     assert User.objects.exists() in (True, False)
     assert connection.connection is not dropped
 
 
-def test_the_pool_checks_a_connection_only_after_it_sat_idle():
-    """psycopg_pool's check (settings: OPTIONS["pool"]["check"]): a connection that ran a
+def test_the_pool_checks_a_connection_only_after_it_sat_idle(db):
+    """psycopg_pool's check (the backend's pool is made with it): a connection that ran a
     statement within the second is handed out as it is; one idle longer is checked, and a
     dead one raises, so that the pool replaces it."""
-    import psycopg
-    from django.conf import settings
-
     from config.postgresql import idle
 
-    params = settings.DATABASES["default"]
-    with psycopg.connect(dbname=params["NAME"], host=params["HOST"], port=params["PORT"],
-                         user=params["USER"], password=params["PASSWORD"],
-                         autocommit=True) as dead:
-        with psycopg.connect(dbname=params["NAME"], host=params["HOST"], port=params["PORT"],
-                             user=params["USER"], password=params["PASSWORD"],
-                             autocommit=True) as other:
-            other.execute("SELECT pg_terminate_backend(%s)", [dead.info.backend_pid])
+    with own_connection() as dead:
+        backend_terminate(dead.info.backend_pid)
         idle.used(dead)
         idle.pool_check(dead)  # Used within the second: not checked.
         dead.inbox_used_at -= idle.CHECK_AFTER_IDLE + 0.5

@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import psycopg
 import pytest
 from django.conf import settings
 from django.db import connection
@@ -260,6 +261,21 @@ def backend_pid() -> int:
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_backend_pid()")
         return cursor.fetchone()[0]
+
+
+def own_connection() -> psycopg.Connection:
+    """A psycopg connection of its own (autocommit) to the database Django's uses."""
+    params = connection.get_connection_params()
+    return psycopg.connect(dbname=params["dbname"], user=params.get("user"),
+                           host=params.get("host"), port=params.get("port"),
+                           password=params.get("password"), autocommit=True)
+
+
+def backend_terminate(pid: int) -> None:
+    """Kill backend pid from a connection of its own, as a failover or an admin would."""
+    with own_connection() as other:
+        killed = other.execute("SELECT pg_terminate_backend(%s)", [pid]).fetchone()[0]
+    assert killed
 
 
 @pytest.fixture

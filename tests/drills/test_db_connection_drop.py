@@ -7,7 +7,6 @@ before the commit. Nothing may be half applied: the task, its history and the ou
 as before, and the same request, retried, succeeds once.
 """
 
-import psycopg
 import pytest
 from django.db import InterfaceError, OperationalError, connection
 
@@ -15,19 +14,9 @@ from inbox import lifecycle
 from inbox.history import events_verify
 from inbox.models import Outbox, Task, TaskEvent, TaskState
 from inbox.services.worker import task_complete, task_take_next
-from tests.drills.conftest import backend_pid
+from tests.drills.conftest import backend_pid, backend_terminate
 
 APPROVE = {"decision": "approve", "comment": "fine"}
-
-
-def _terminate(pid: int) -> None:
-    """Kill backend pid from a connection of its own, as a failover or an admin would."""
-    params = connection.get_connection_params()
-    with psycopg.connect(dbname=params["dbname"], user=params.get("user"),
-                         host=params.get("host"), port=params.get("port"),
-                         password=params.get("password"), autocommit=True) as other:
-        killed = other.execute("SELECT pg_terminate_backend(%s)", [pid]).fetchone()[0]
-    assert killed
 
 
 def _snapshot(task: Task) -> tuple:
@@ -54,11 +43,11 @@ def test_a_connection_killed_mid_transition_leaves_nothing_half_applied(
         assert [type(row) for row in rows] == [TaskEvent, Outbox]
         if when == "after the task row":
             killed.append(backend_pid())
-            _terminate(killed[-1])
+            backend_terminate(killed[-1])
         real_write(*rows)
         if when == "after the history event and the outbox row":
             killed.append(backend_pid())
-            _terminate(killed[-1])
+            backend_terminate(killed[-1])
 
     monkeypatch.setattr(lifecycle, "rows_insert_each", write_then_die)
     with pytest.raises((OperationalError, InterfaceError)):
