@@ -93,6 +93,16 @@ def update_where(model: type, values: Mapping[str, Any], where: Mapping[str, Any
     its field as save() and update() prepare it (inbox.bulk.row_update, an ended
     execution's record). Values only: an SQL expression is refused.
     """
+    sql, params = update_where_statement(model, values, where)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.rowcount
+
+
+def update_where_statement(model: type, values: Mapping[str, Any],
+                           where: Mapping[str, Any]) -> tuple[str, list[Any]]:
+    """update_where's statement and its parameters, for a caller that sends it inside a
+    statement of its own (inbox.bulk.row_update_inserting)."""
     meta = model._meta
     params = [meta.get_field(name).get_db_prep_save(value, connection)
               for name, value in values.items()]
@@ -100,10 +110,7 @@ def update_where(model: type, values: Mapping[str, Any], where: Mapping[str, Any
         raise ValueError("update_where writes values, not expressions.")
     params += [meta.get_field(name).get_db_prep_value(value, connection)
                for name, value in where.items()]
-    sql = _update_sql(model, connection.vendor, tuple(values), tuple(where))
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        return cursor.rowcount
+    return _update_sql(model, connection.vendor, tuple(values), tuple(where)), params
 
 
 @functools.cache

@@ -290,7 +290,8 @@ class TaskDetailApi(WorkerApi):
     @extend_schema(responses={200: TaskDetailSerializer, 404: ErrorSerializer},
                    summary="A task: input, form, clocks, history")
     def get(self, request: Request, task_id: str) -> Response:
-        return Response(task_detail_data(access_task(user=request.user, task_id=task_id)))
+        return Response(task_detail_data(access_task(user=request.user, task_id=task_id,
+                                                     history=True)))
 
 
 class TakeNextInput(serializers.Serializer):
@@ -348,10 +349,10 @@ TaskDeclineApi = action_api("TaskDeclineApi", worker.task_decline, ReasonInput,
                             "Decline an offer")
 TaskReleaseApi = action_api("TaskReleaseApi", worker.task_release, TaskReleaseInput,
                             "Release a held task")
-TaskCompleteApi = action_api("TaskCompleteApi", worker.task_complete, TaskCompleteInput,
+TaskCompleteApi = action_api("TaskCompleteApi", worker.task_complete_shown, TaskCompleteInput,
                              "Complete a held task with an answer (and take the next)",
                              errors=(400, 404, 409), answer=TaskDecisionSerializer)
-TaskRejectApi = action_api("TaskRejectApi", worker.task_reject, TaskRejectInput,
+TaskRejectApi = action_api("TaskRejectApi", worker.task_reject_shown, TaskRejectInput,
                            "Reject a held task (and take the next)",
                            answer=TaskDecisionSerializer)
 TaskUndoApi = action_api(

@@ -8,12 +8,15 @@ PostgreSQL a trigger also refuses every UPDATE and DELETE of an event (migration
 import datetime
 import hashlib
 import json
+from collections.abc import Iterator
+from typing import Any
 
 from accounts.models import User
 from inbox.bulk import row_insert
 from inbox.models import GENESIS_HASH, Task, TaskEvent
 
-__all__ = ["GENESIS_HASH", "event_hash", "event_new", "event_save", "events_verify"]
+__all__ = ["GENESIS_HASH", "HISTORY_COLUMNS", "HistoryText", "event_hash", "event_new",
+           "event_save", "events_verify", "history_json_sql"]
 
 
 def event_hash(*, prev_hash: str, task_id: str, version: int, action: str, from_state: str,
@@ -74,3 +77,70 @@ def events_verify(*, task: Task) -> str | None:
     if head != previous:
         return f"the task's chain head does not name its latest event (v{task.version})"
     return None
+
+
+# A history read in the statement that reads (or takes) its task, on PostgreSQL: each
+# event's columns in this order, as one JSON array per event, oldest first. The take's
+# function (migrations 0012, 0016) answers the same; history_json_sql is the same read for
+# a statement of the ORM's (selectors.access_task with history).
+HISTORY_COLUMNS = ("id", "version", "action", "from_state", "to_state", "actor_id",
+                   "actor_label", "reason", "data", "at", "prev_hash", "hash")
+_EVENT_NAMES = [field.attname for field in TaskEvent._meta.concrete_fields]
+
+
+def history_json_sql(task_id_column: str) -> str:
+    """Return a subquery answering, as JSON text, the history of the task whose id is
+    task_id_column (SQL of the outer statement; a model's own column, never input), or
+    NULL for a task without events. PostgreSQL only."""
+    columns = ", ".join(f"e.{name}" for name in HISTORY_COLUMNS)
+    # Only the models' own names go into the text; the caller's column likewise.
+    return (f"(SELECT json_agg(json_build_array({columns}) ORDER BY e.version)::text "  # noqa: S608
+            f"FROM {TaskEvent._meta.db_table} e WHERE e.task_id = {task_id_column})")
+
+
+class HistoryText:
+    """A task's history read as JSON text with its task, made into events when first read.
+
+    Most reads never look at it: the page's take redirects, a script takes and releases.
+    Only the answers that show the history (the API's, the page swapped in place) pay for
+    it. extra: events appended since the text was read, by the reader's own change
+    (with_event).
+    """
+
+    __slots__ = ("_alias", "_events", "_extra", "_task_id", "_text")
+
+    def __init__(self, text: str | None, *, task_id: Any, alias: str,
+                 extra: tuple[TaskEvent, ...] = ()) -> None:
+        self._text, self._task_id, self._alias, self._extra = text, task_id, alias, extra
+        self._events: list[TaskEvent] | None = None
+
+    def with_event(self, event: TaskEvent) -> "HistoryText":
+        """This history with event after it (the next version's, written by the reader)."""
+        return HistoryText(self._text, task_id=self._task_id, alias=self._alias,
+                           extra=(*self._extra, event))
+
+    def _decoded(self) -> list[TaskEvent]:
+        if self._events is None:
+            read = (history_decoded(self._text, task_id=self._task_id, alias=self._alias)
+                    if self._text is not None else [])
+            self._events = [*read, *self._extra]
+        return self._events
+
+    def __iter__(self) -> Iterator[TaskEvent]:
+        return iter(self._decoded())
+
+    def __len__(self) -> int:
+        return len(self._decoded())
+
+
+def history_decoded(text: str, *, task_id: Any, alias: str) -> list[TaskEvent]:
+    """Return the events of a history read as JSON text, as the ORM reads them."""
+    events = []
+    for values in json.loads(text):
+        row = dict(zip(HISTORY_COLUMNS, values, strict=True))
+        row["at"] = datetime.datetime.fromisoformat(row["at"])
+        row["task_id"] = task_id
+        # from_db takes every column in the model's own order.
+        events.append(TaskEvent.from_db(alias, _EVENT_NAMES,
+                                        [row[name] for name in _EVENT_NAMES]))
+    return events

@@ -21,7 +21,7 @@ import datetime
 import functools
 import json
 import logging
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,9 +35,15 @@ from config.compiled import CompiledRead
 from config.errors import Conflict, InboxError, NotFound
 from config.rows import ModelRows
 from inbox import effects, lifecycle_sql
-from inbox.bulk import row_update, rows_insert, rows_insert_each, rows_update
+from inbox.bulk import (
+    row_update,
+    row_update_inserting,
+    rows_insert,
+    rows_insert_each,
+    rows_update,
+)
 from inbox.effects import Effect
-from inbox.history import event_new, event_save
+from inbox.history import HistoryText, event_new, event_save
 from inbox.models import (
     CLOSED_STATES,
     HELD_STATES,
@@ -538,12 +544,20 @@ def _apply_seen(row: Transition, *, seen: Task, task_id: Any, actor: User | None
             applied = _change(row, task=task, step=step, system=system)
             # Conditional on the version seen: of two racing transitions exactly one
             # changes the row; the loser's whole change (its side writes too) rolls back.
-            written = row_update(task, applied.fields, version=version_seen)
+            # Its event and outbox row go in the same round trip, written only with it.
+            written = row_update_inserting(task, applied.fields, _side_rows(applied),
+                                           version=version_seen)
             if written != 1:
                 raise _Changed
-            _written(row, applied, step)
+            _written_beside(applied, step, row=row)
     except _Changed:
         return None
+    read = seen.__dict__.get("events_read")
+    if read is not None:
+        # The history read with the task, as of the version seen: the update's condition
+        # held, so no event came between it and this change's (every event is a version).
+        task.events_read = (read.with_event(applied.event) if isinstance(read, HistoryText)
+                            else [*read, applied.event])
     _log(row, applied)
     return task
 
@@ -582,9 +596,19 @@ def _written(row: Transition, applied: "_Applied", step: Step) -> None:
     """Write what goes with a task's change (its row written): event, passes, outbox row."""
     if applied.outbox is not None:
         # A decision's event and outbox row: one round trip on PostgreSQL.
-        rows_insert_each(applied.event, applied.outbox)
+        rows_insert_each(*_side_rows(applied))
     else:
         event_save(applied.event)
+    _written_beside(applied, step, row=row)
+
+
+def _side_rows(applied: "_Applied") -> tuple[TaskEvent | Outbox, ...]:
+    """The rows a change writes beside the task's: its event, and a decision's outbox row."""
+    return (applied.event,) if applied.outbox is None else (applied.event, applied.outbox)
+
+
+def _written_beside(applied: "_Applied", step: Step, *, row: Transition) -> None:
+    """Write the change's passes (declines) and hand its effects over for after commit."""
     passes_write(step.passes, now=step.now)
     _after_commit(row, applied, now=step.now)
 
@@ -849,7 +873,7 @@ def take_next_applied(*, worker: User, skill: str | None = None,
     if history:
         task.skill = ModelRows.of(Skill, connection).instance(found[rows.width:-1],
                                                               connection)
-        task.events_read = _TakenHistory(found[-1], task_id=task.pk, alias=connection.alias)
+        task.events_read = HistoryText(found[-1], task_id=task.pk, alias=connection.alias)
     if signal:
         effects.after_commit(task=task, effects=(*row.all_effects, Effect.SIGNAL))
     changes.info("task %s… %s → %s (%s by %s)", str(task.pk)[:8], row.sources[0],
@@ -878,7 +902,7 @@ def _taken_columns(names: tuple[str, ...] | None) -> str:
 # The take's statement by (alone, shown): the columns are the models' own names, never
 # input. A take that shows the task (history asked: the API's answer, a page swapped in
 # place) reads every column of the task, its skill's row and its history, as JSON text
-# decoded only when read (_TakenHistory); one that does not reads _TAKEN_NAMES, and
+# decoded only when read (inbox.history.HistoryText); one that does not reads _TAKEN_NAMES, and
 # whoever later asks for the task's skill or another column reads it then.
 _SHOWN_COLUMNS = ", ".join(f's."{field.column}"' for field in Skill._meta.concrete_fields)
 _SHOWN = (f", {_SHOWN_COLUMNS}, r.taken_history::text {_TAKE_CALL} "
@@ -889,50 +913,6 @@ _TAKE_STATEMENTS = {
                         else f"{_taken_columns(_TAKEN_NAMES)} {_TAKE_CALL}"))
     for alone in (False, True) for shown in (False, True)
 }
-# The order of each event's columns in the function's history (migrations 0012, 0016).
-HISTORY_COLUMNS = ("id", "version", "action", "from_state", "to_state", "actor_id",
-                   "actor_label", "reason", "data", "at", "prev_hash", "hash")
-_EVENT_NAMES = [field.attname for field in TaskEvent._meta.concrete_fields]
-
-
-class _TakenHistory:
-    """The take's history (the function's JSON text), made into events when first read.
-
-    Most takes never read it: the page's take redirects, a script takes and releases. Only
-    the answers that show the history (the API's, the page swapped in place) pay for it.
-    """
-
-    __slots__ = ("_alias", "_events", "_task_id", "_text")
-
-    def __init__(self, text: str, *, task_id: Any, alias: str) -> None:
-        self._text, self._task_id, self._alias = text, task_id, alias
-        self._events: list[TaskEvent] | None = None
-
-    def _decoded(self) -> list[TaskEvent]:
-        if self._events is None:
-            self._events = _history_read(self._text, task_id=self._task_id, alias=self._alias)
-        return self._events
-
-    def __iter__(self) -> Iterator[TaskEvent]:
-        return iter(self._decoded())
-
-    def __len__(self) -> int:
-        return len(self._decoded())
-
-
-def _history_read(text: str, *, task_id: Any, alias: str) -> list[TaskEvent]:
-    """Return the events of the function's history (JSON arrays), as the ORM reads them."""
-    events = []
-    for values in json.loads(text):
-        row = dict(zip(HISTORY_COLUMNS, values, strict=True))
-        row["at"] = datetime.datetime.fromisoformat(row["at"])
-        row["task_id"] = task_id
-        # from_db takes every column in the model's own order.
-        events.append(TaskEvent.from_db(alias, _EVENT_NAMES,
-                                        [row[name] for name in _EVENT_NAMES]))
-    return events
-
-
 def _skills_load(tasks: list[Task]) -> None:
     """Read the skills of tasks in one query (dispatch asks each task's queue kind)."""
     missing = {task.skill_id for task in tasks if not Task.skill.is_cached(task)}

@@ -8,7 +8,9 @@ from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from django.core.exceptions import ValidationError
-from django.db.models import Count, Exists, Min, OuterRef, Q, QuerySet, Sum
+from django.db import connection
+from django.db.models import Count, Exists, Min, OuterRef, Q, QuerySet, Sum, TextField
+from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
 from accounts.models import PeerVisibility, User, WorkerSkill
@@ -17,6 +19,7 @@ from accounts.selectors import user_roles
 from config.compiled import CompiledRead
 from config.errors import Conflict, InboxError, NotFound
 from inbox.eligibility import ACCESS, Reason, over_capacity, worker_verdict
+from inbox.history import HistoryText, history_json_sql
 from inbox.models import (
     HELD_STATES,
     OPEN_STATES,
@@ -135,20 +138,28 @@ def _filtered(visibility: Visibility, *, view: bool) -> QuerySet[Task]:
     return Task.objects.filter(condition) if condition is not None else Task.objects.none()
 
 
-def access_task(*, user: User, task_id: object, action: Action = "view") -> Task:
+def access_task(*, user: User, task_id: object, action: Action = "view",
+                history: bool = False) -> Task:
     """Return the task if the user may see it (view) or supervise it (manage); else NotFound.
 
     Permission only: a task the user may not see is NotFound (404), never a hint that it
     exists. Whether they may act on it now (hold it, its state, still eligible) is the
     transition's rule (inbox.lifecycle: a Conflict, 409). Manage: an admin, or a
     supervisor of the task's skill (every task they manage they also see).
+
+    history: the caller will show the task's history (the API's answers). On PostgreSQL
+    it is read in the same statement, as JSON text made into events only when read
+    (task_history answers it; a transition applied to this very read adds its own event,
+    inbox.lifecycle). Elsewhere task_history queries it.
     """
     if action not in ("view", "manage"):
         raise ValueError(f"unknown action {action!r}")
     visibility = visibility_for(user=user)
+    with_history = history and connection.vendor == "postgresql"
     # The read's shape: which of the policy's conditions apply (every request of a task
     # runs it; its SQL is compiled once per shape, config.compiled).
-    shape = (visibility.everything, visibility.supervisor, visibility.worker, action)
+    shape = (visibility.everything, visibility.supervisor, visibility.worker, action,
+             with_history)
     try:
         found = _ACCESS_READ.run(shape, user_id=user.pk, task_id=task_id)
     except (ValidationError, ValueError, TypeError):
@@ -158,22 +169,31 @@ def access_task(*, user: User, task_id: object, action: Action = "view") -> Task
         raise NotFound("No such task.")
     task = found[0]
     task.proficiency_of = user.pk  # Whose proficiency actor_proficiency is.
+    if with_history:
+        task.events_read = HistoryText(task.__dict__.pop("history_text"), task_id=task.pk,
+                                       alias=connection.alias)
     return task
 
 
-def _access_query(shape: tuple[bool, bool, bool, Action], *, user_id: int,
+def _access_query(shape: tuple[bool, bool, bool, Action, bool], *, user_id: int,
                   task_id: object) -> QuerySet[Task]:
     """Build access_task's read for one shape of the policy (user_id, task_id: bound)."""
-    everything, supervisor, worker, action = shape
+    everything, supervisor, worker, action, history = shape
     visibility = Visibility(user_id=user_id, everything=everything, supervisor=supervisor,
                             worker=worker)
-    return _filtered(visibility, view=action == "view").select_related(
+    read = _filtered(visibility, view=action == "view").select_related(
         "skill", "assignee").annotate(
         # What hold_problem asks of the user, read with the task (no second query).
         actor_proficiency=WorkerSkill.objects.filter(
             worker_id=user_id, skill_id=OuterRef("skill_id")
         ).order_by().values("proficiency")[:1],
     ).filter(pk=task_id)
+    if history:
+        # The history in the same statement (a model's own table and column, no input).
+        task_id_column = f'"{Task._meta.db_table}"."{Task._meta.pk.column}"'
+        read = read.annotate(history_text=RawSQL(  # noqa: S611 (no value in the text)
+            history_json_sql(task_id_column), [], output_field=TextField()))
+    return read
 
 
 _ACCESS_READ = CompiledRead(_access_query, user_id=User._meta.pk, task_id=Task._meta.pk)

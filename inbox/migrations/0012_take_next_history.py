@@ -99,7 +99,7 @@ BEGIN
     END IF;
     -- The task's history as the take left it, for the answer (this statement sees the
     -- event just appended; the caller's statement, begun before it, would not): each
-    -- event's columns in inbox.lifecycle.HISTORY_COLUMNS' order.
+    -- event's columns in inbox.history.HISTORY_COLUMNS' order.
     SELECT jsonb_agg(jsonb_build_array(e.id, e.version, e.action, e.from_state, e.to_state,
                                        e.actor_id, e.actor_label, e.reason, e.data, e.at,
                                        e.prev_hash, e.hash) ORDER BY e.version)

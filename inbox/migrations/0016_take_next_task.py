@@ -116,7 +116,7 @@ BEGIN
     IF p_history THEN
         -- The task's history as the take left it, for the answer (this statement sees the
         -- event just appended; the caller's statement, begun before it, would not): each
-        -- event's columns in inbox.lifecycle.HISTORY_COLUMNS' order.
+        -- event's columns in inbox.history.HISTORY_COLUMNS' order.
         SELECT json_agg(json_build_array(e.id, e.version, e.action, e.from_state,
                                          e.to_state, e.actor_id, e.actor_label, e.reason,
                                          e.data, e.at, e.prev_hash, e.hash)

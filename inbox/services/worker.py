@@ -120,6 +120,16 @@ def task_take_next_shown(*, worker: User, skill: str | None = None) -> Task:
     return task_take_next(worker=worker, skill=skill, history=True)
 
 
+def task_complete_shown(**arguments: Any) -> Task:
+    """task_complete for an answer that shows the task's history (the API's complete)."""
+    return task_complete(**arguments, history=True)
+
+
+def task_reject_shown(**arguments: Any) -> Task:
+    """task_reject for an answer that shows the task's history (the API's reject)."""
+    return task_reject(**arguments, history=True)
+
+
 def task_claim(*, worker: User, task_id: Any, expected_version: int | None = None) -> Task:
     """Take one specific visible task of a pull queue."""
     task = access_task(user=worker, task_id=task_id)
@@ -158,12 +168,14 @@ def task_release(*, worker: User, task_id: Any, reason: str = "",
 
 
 def task_complete(*, worker: User, task_id: Any, answer: Any,
-                  expected_version: int | None = None) -> Task:
+                  expected_version: int | None = None, history: bool = False) -> Task:
     """Validate the worker's answer against the stage's form and complete the task.
 
-    Raise FormInvalid (400, naming each field) before anything changes.
+    Raise FormInvalid (400, naming each field) before anything changes. history: the
+    caller shows the task's history (the API's answer): read with the task
+    (selectors.access_task).
     """
-    task = access_task(user=worker, task_id=task_id)
+    task = access_task(user=worker, task_id=task_id, history=history)
     cleaned = form_validate(task_form(task=task), answer)
     try:
         return _as_holder(task, action="complete", worker=worker, answer=cleaned,
@@ -180,9 +192,10 @@ def task_complete(*, worker: User, task_id: Any, answer: Any,
 
 
 def task_reject(*, worker: User, task_id: Any, reason: str,
-                expected_version: int | None = None) -> Task:
-    """Reject the held task with a reason (Step Functions hears HumanTask.Rejected)."""
-    task = access_task(user=worker, task_id=task_id)
+                expected_version: int | None = None, history: bool = False) -> Task:
+    """Reject the held task with a reason (Step Functions hears HumanTask.Rejected).
+    history: as task_complete's."""
+    task = access_task(user=worker, task_id=task_id, history=history)
     try:
         return _as_holder(task, action="reject", worker=worker, reason=reason,
                           expected_version=expected_version)
@@ -239,5 +252,7 @@ def _decided_before(task: Task, *, worker: User, states: tuple[str, ...],
                     **decision: Any) -> bool:
     """Return whether this worker already made this very decision on the task (reloaded)."""
     task.refresh_from_db()
+    # A history read with the task is older than the row reloaded: task_history reads it.
+    task.__dict__.pop("events_read", None)
     return (task.state in states and task.assignee_id == worker.pk
             and all(getattr(task, name) == value for name, value in decision.items()))

@@ -1,7 +1,9 @@
 """rows_update writes many rows' columns in one statement, as save() would write each;
 rows_insert writes new rows in one statement, as bulk_create writes them; row_insert and
 row_update write one row as save() does, in a statement written once; rows_insert_each
-writes rows of several tables as row_insert writes each, in one round trip on PostgreSQL."""
+writes rows of several tables as row_insert writes each, in one round trip on PostgreSQL;
+row_update_inserting writes a conditional update and, only if it changed the row, the rows
+that go with it, in one round trip on PostgreSQL."""
 
 import datetime
 import secrets
@@ -12,7 +14,14 @@ from django.db import DataError, connection, transaction
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from inbox.bulk import row_insert, row_update, rows_insert, rows_insert_each, rows_update
+from inbox.bulk import (
+    row_insert,
+    row_update,
+    row_update_inserting,
+    rows_insert,
+    rows_insert_each,
+    rows_update,
+)
 from inbox.models import Outbox, Task, TaskEvent
 
 FIELDS = ["priority", "work_deadline", "answer", "assignee", "reason"]
@@ -225,3 +234,62 @@ def test_row_update_writes_what_save_writes_only_where_the_condition_holds(make_
     updated.reason = "again"
     assert row_update(updated, ["reason"]) == 1
     assert Task.objects.get(pk=updated.pk).reason == "again"
+
+
+def test_row_update_inserting_writes_the_rows_only_with_the_update(make_task, make_worker):
+    """The same columns and rows as row_update then rows_insert_each; none of the rows when
+    the update's condition does not hold; one statement on PostgreSQL, either way."""
+    ana = make_worker({"invoice-review": 3})
+    saved, updated = make_task(), make_task()
+    at = timezone.now().replace(microsecond=123456)
+    for task in (saved, updated):
+        task.priority, task.work_deadline, task.answer, task.assignee = 9, at, {"a": 1}, ana
+        task.reason = "it's é"
+    saved.save(update_fields=FIELDS)
+    alone = _event(updated, 89)
+    row_insert(alone)
+    version = updated.version
+    refused_event = _event(updated, 90)
+    refused_outbox = Outbox(task=updated, decision_version=90, kind="success",
+                            output={"ok": True}, next_attempt_at=at)
+    with CaptureQueriesContext(connection) as queries:
+        assert row_update_inserting(updated, FIELDS, (refused_event, refused_outbox),
+                                    version=version + 1) == 0  # not the version read
+    assert len(queries) == 1
+    assert refused_event.pk is None and refused_outbox.pk is None
+    assert refused_event._state.adding and refused_outbox._state.adding
+    assert not TaskEvent.objects.filter(task=updated, version=90).exists()
+    assert not Outbox.objects.filter(task=updated).exists()
+    assert Task.objects.get(pk=updated.pk).priority != 9
+
+    event = _event(updated, 91)
+    outbox = Outbox(task=updated, decision_version=91, kind="success", output=None,
+                    error="", cause="", next_attempt_at=at)
+    with CaptureQueriesContext(connection) as queries:
+        assert row_update_inserting(updated, FIELDS, (event, outbox), version=version) == 1
+    on_postgres = connection.vendor == "postgresql"
+    assert len(queries) == (1 if on_postgres else 3)
+    assert _columns([updated.pk])[0][1:] == _columns([saved.pk])[0][1:]
+    assert event.pk is not None and event.pk > alone.pk and outbox.pk is not None
+    assert not (event._state.adding or outbox._state.adding)
+    assert _event_columns(event) == _event_columns(alone)
+    stored = Outbox.objects.get(pk=outbox.pk)
+    assert (stored.task_id, stored.decision_version, stored.kind, stored.output,
+            stored.next_attempt_at) == (updated.pk, 91, "success", None, at)
+
+
+@pytest.mark.postgres  # SQLite does not hold a column to its length
+@pytest.mark.django_db(transaction=True)
+def test_row_update_inserting_writes_nothing_when_a_row_is_refused(make_task):
+    """A value too long for its column is refused as save() refuses it (not cut short by
+    the statement's casts), and the update goes with it: one statement, even in
+    autocommit."""
+    task = make_task()
+    version = task.version
+    task.priority = 77
+    assert connection.get_autocommit()
+    with pytest.raises(DataError):
+        row_update_inserting(task, ["priority"], (_event(task, 95, actor_label="x" * 300),),
+                             version=version)
+    assert Task.objects.get(pk=task.pk).priority != 77
+    assert not TaskEvent.objects.filter(task=task, version=95).exists()

@@ -327,3 +327,74 @@ def test_a_change_on_a_read_still_current_needs_no_second_read(make_task, make_w
     assert (released.state, released.version, released.assignee) == (
         TaskState.QUEUED, seen.version + 1, None)
     assert events_verify(task=released) is None
+
+
+def _stored_history(task_id) -> list[tuple]:
+    return [(e.version, e.action, e.to_state, e.actor_label, e.at, e.hash)
+            for e in TaskEvent.objects.filter(task_id=task_id).order_by("version")]
+
+
+def _shown_history(task) -> list[tuple]:
+    from inbox.selectors import task_history
+
+    return [(e.version, e.action, e.to_state, e.actor_label, e.at, e.hash)
+            for e in task_history(task=task)]
+
+
+@pytest.mark.parametrize("decide", ["complete", "reject"])
+def test_a_decision_that_shows_the_history_reads_it_with_its_task(decide, make_task,
+                                                                  make_worker):
+    """history=True: on PostgreSQL the task's read answers its history, and the decision's
+    own event is added to it; nothing more is read to show it, and it is what is stored."""
+    from django.test.utils import CaptureQueriesContext
+
+    worker = make_worker({"invoice-review": 3})
+    make_task()
+    task = task_take_next(worker=worker)
+    if decide == "complete":
+        decided = task_complete(worker=worker, task_id=task.pk,
+                                answer={"decision": "approve"}, history=True)
+    else:
+        decided = task_reject(worker=worker, task_id=task.pk, reason="Wrong vendor.",
+                              history=True)
+    with CaptureQueriesContext(connection) as queries:
+        shown = _shown_history(decided)
+    assert len(queries) == (0 if connection.vendor == "postgresql" else 1)
+    assert shown == _stored_history(task.pk)
+    assert [action for _, action, *_ in shown] == ["receive", "take_next", decide]
+
+
+def test_a_history_read_with_a_task_that_changed_since_is_not_shown(make_task, make_worker):
+    """The version seen is not the task's any more: the change is judged under the lock, on
+    the row read again, and the history shown is read again too (not the one seen)."""
+    worker = make_worker({"invoice-review": 3})
+    make_task()
+    task = task_take_next(worker=worker)
+    seen = access_task(user=worker, task_id=task.pk, history=True)
+    task_release(worker=worker, task_id=task.pk)
+    task_take_next(worker=worker)  # the same task, two versions later
+    completed = lifecycle.transition(task_id=task.pk, action="complete", actor=worker,
+                                     seen=seen, answer={"decision": "approve"})
+    assert completed.version == seen.version + 3
+    shown = _shown_history(completed)
+    assert shown == _stored_history(task.pk)
+    assert [action for _, action, *_ in shown][-3:] == ["release", "take_next", "complete"]
+
+
+def test_a_retried_decision_shows_the_history_as_stored_not_as_it_read_it(
+        make_task, make_worker, monkeypatch):
+    """A retry whose read came before the first decision (a double click, both read at
+    once) answers the decision made; the history it shows holds that decision."""
+    from inbox.services import worker as worker_service
+
+    worker = make_worker({"invoice-review": 3})
+    make_task()
+    task = task_take_next(worker=worker)
+    seen = access_task(user=worker, task_id=task.pk, history=True)
+    task_complete(worker=worker, task_id=task.pk, answer={"decision": "approve"})
+    monkeypatch.setattr(worker_service, "access_task", lambda **kwargs: seen)
+    again = task_complete(worker=worker, task_id=task.pk, answer={"decision": "approve"},
+                          history=True)
+    assert again.decided_before
+    assert _shown_history(again) == _stored_history(task.pk)
+    assert [action for _, action, *_ in _shown_history(again)][-1] == "complete"

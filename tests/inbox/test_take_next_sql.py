@@ -271,11 +271,12 @@ def test_the_takes_history_is_made_into_events_only_when_read(make_task, make_wo
                                                                monkeypatch):
     """A take that nobody reads the history of (the page's redirect, a script) makes no
     events of it; the first read makes them once, in one place, from the take's answer."""
+    from inbox import history
     from inbox.selectors import task_history
 
     made = []
-    history_read = lifecycle._history_read
-    monkeypatch.setattr(lifecycle, "_history_read",
+    history_read = history.history_decoded
+    monkeypatch.setattr(history, "history_decoded",
                         lambda *a, **k: made.append(1) or history_read(*a, **k))
     worker = make_worker({"invoice-review": 3})
     make_task()
