@@ -137,7 +137,8 @@ def main() -> None:
                              "each figure is the median of R, with its spread (default 5)")
     parser.add_argument("--instructions", type=int, default=0, metavar="N",
                         help="also count, with valgrind's callgrind, the instructions of "
-                             "an HTTP take and of GET /healthz through Django's WSGI "
+                             "an HTTP take, of a complete taking the next (then=next) and "
+                             "of GET /healthz through Django's WSGI "
                              "handler in one process: a run of 100 requests and one of "
                              "100 + N, the difference over N (needs the http phase)")
     parser.add_argument("--instructions-child", nargs=3, metavar=("PATH", "CALLS", "CAPACITY"),
@@ -390,12 +391,18 @@ def _cpu_http_round(figures: dict[str, list[tuple[float, float]]], tokens: list[
 
 # The run every --instructions count subtracts: its requests, and what starting costs.
 INSTRUCTIONS_BASE = 100
-INSTRUCTIONS_PATHS = {"take": "HTTP POST /api/inbox/tasks/next/", "healthz": "GET /healthz"}
+INSTRUCTIONS_PATHS = {"take": "HTTP POST /api/inbox/tasks/next/",
+                      "decide": "HTTP POST /api/inbox/tasks/<id>/complete/, then=next",
+                      "healthz": "GET /healthz"}
+# A decision's answer in the bench process's form (bench._common.BENCH_SPEC: approve-reject).
+DECIDE_BODY = json.dumps({"answer": {"decision": "approve"}, "then": "next"}).encode()
 
 
 def instructions_count(pools: dict[str, list[list[int]]], calls: int, capacity: int) -> None:
-    """Count the instructions of one HTTP take and of one GET /healthz, each through
-    Django's WSGI handler in a process of its own run under valgrind's callgrind: a run of
+    """Count the instructions of one HTTP take, of one complete that takes the next (a
+    reviewer's "Complete and next", one request per task's life) and of one GET /healthz,
+    each through Django's WSGI handler in a process of its own run under valgrind's
+    callgrind: a run of
     INSTRUCTIONS_BASE requests and one of INSTRUCTIONS_BASE + calls, the difference over
     calls. An instruction count does not move with the machine's other load or its clock,
     where CPU time on a shared machine moves by a fifth between two runs of the same code:
@@ -455,10 +462,12 @@ def callgrind_collected(stderr: str, *, what: str, returncode: int = 0) -> int:
 
 
 def instructions_child(path: str, calls: str, capacity: str) -> None:
-    """--instructions' child: calls requests of path ("take" or "healthz") through
-    Django's WSGI handler in this process, on the database DATABASE_URL names, after the
-    web's own start (config.startup.web_warm) and three requests to warm up. Each take
-    by the http phase's workers, each up to their capacity."""
+    """--instructions' child: calls requests of path ("take", "decide" or "healthz")
+    through Django's WSGI handler in this process, on the database DATABASE_URL names,
+    after the web's own start (config.startup.web_warm) and three requests to warm up.
+    Each take by the http phase's workers, each up to their capacity; each decision by the
+    first of them, who takes one task first and then completes the task held, taking the
+    next in the same request."""
     import django
 
     django.setup()
@@ -470,8 +479,20 @@ def instructions_child(path: str, calls: str, capacity: str) -> None:
     handler = WSGIHandler()
     tokens = (api_token("http-", i) for i in range(10**9))
     token, each = None, int(capacity)
+    if path == "decide":
+        token = next(tokens)
+        held = json.loads(_wsgi_call(handler, "POST", "/api/inbox/tasks/next/",
+                                     token=token))["id"]
     for n in range(3 + int(calls)):
-        if path == "take":
+        if path == "decide":
+            answer = json.loads(_wsgi_call(handler, "POST",
+                                           f"/api/inbox/tasks/{held}/complete/",
+                                           token=token, body=DECIDE_BODY))
+            if answer["next"] is None:
+                raise SystemExit(f"--instructions decide: nothing taken after the "
+                                 f"complete: {answer.get('next_detail')}")
+            held = answer["next"]["id"]
+        elif path == "take":
             if n % each == 0:
                 token = next(tokens)
             _wsgi_call(handler, "POST", "/api/inbox/tasks/next/", token=token)
@@ -479,13 +500,15 @@ def instructions_child(path: str, calls: str, capacity: str) -> None:
             _wsgi_call(handler, "GET", "/healthz")
 
 
-def _wsgi_call(handler: object, method: str, path: str, *, token: str | None = None) -> bytes:
+def _wsgi_call(handler: object, method: str, path: str, *, token: str | None = None,
+               body: bytes | None = None) -> bytes:
     """Send one request to a WSGI handler as a server would (the response read and
     closed, which ends the request: request_finished); return its body; exit unless it
-    answers 200."""
+    answers 200. A POST's body is {} unless given."""
     import io
 
-    body = b"{}" if method == "POST" else b""
+    if body is None:
+        body = b"{}" if method == "POST" else b""
     environ = {
         "REQUEST_METHOD": method, "PATH_INFO": path, "SCRIPT_NAME": "", "QUERY_STRING": "",
         "SERVER_NAME": "127.0.0.1", "SERVER_PORT": "80", "SERVER_PROTOCOL": "HTTP/1.1",
