@@ -25,7 +25,7 @@ rows that go with it in one round trip on PostgreSQL.
 import functools
 from collections.abc import Sequence
 
-from django.db import connection, models
+from django.db import DatabaseError, connection, models
 
 from config.rows import update_where, update_where_statement
 
@@ -55,7 +55,10 @@ def rows_update(model: type[models.Model], rows: Sequence[models.Model],
 
 
 def rows_insert(model: type[models.Model], rows: Sequence[models.Model]) -> None:
-    """Insert new rows, their primary keys set in Python, as bulk_create would.
+    """Insert new rows, as bulk_create would: each with its primary key set in Python, or
+    all of them without one where the database makes the key (an auto field: the keys
+    come back by RETURNING, in the rows' order, as bulk_create relies on too, and are set
+    on the rows).
 
     On PostgreSQL one ``INSERT ... SELECT * FROM unnest(...)``, one array per column, the
     values prepared by each field as Django saves them (``pre_save`` first: the
@@ -64,31 +67,44 @@ def rows_insert(model: type[models.Model], rows: Sequence[models.Model]) -> None
     """
     if not rows:
         return
-    if any(row.pk is None for row in rows):
+    meta = model._meta
+    keyless = [row.pk is None for row in rows]
+    made = all(keyless) and meta.pk.db_returning
+    if any(keyless) and not made:
         raise ValueError(f"rows_insert: every {model.__name__} needs its primary key set")
     if connection.vendor != "postgresql":
         model.objects.bulk_create(rows)
         return
-    fields = model._meta.concrete_fields
+    fields = [field for field in meta.concrete_fields if not (made and field is meta.pk)]
     arrays = [[field.get_db_prep_save(field.pre_save(row, True), connection) for row in rows]
               for field in fields]
     if any(hasattr(value, "as_sql") for values in arrays for value in values):
         model.objects.bulk_create(rows)  # a database default or an expression: Django's way
         return
     with connection.cursor() as cursor:
-        cursor.execute(_insert_sql(model), arrays)
-    for row in rows:
+        cursor.execute(_insert_sql(model, made), arrays)
+        keys = [key for key, in cursor.fetchall()] if made else None
+    if keys is not None and len(keys) != len(rows):
+        raise DatabaseError(f"rows_insert: {len(rows)} {model.__name__} rows sent, "
+                            f"{len(keys)} keys answered")
+    for n, row in enumerate(rows):
+        if keys is not None:
+            setattr(row, meta.pk.attname, keys[n])
         row._state.adding, row._state.db = False, connection.alias
 
 
 @functools.cache
-def _insert_sql(model: type[models.Model]) -> str:
-    """The insert statement of rows_insert for model (PostgreSQL), written once a process."""
+def _insert_sql(model: type[models.Model], made: bool = False) -> str:
+    """The insert statement of rows_insert for model (PostgreSQL), written once a process;
+    made: without the key column, each key the database made answered."""
     meta, quote = model._meta, connection.ops.quote_name
-    names = ", ".join(quote(field.column) for field in meta.concrete_fields)
-    arrays = ", ".join(f"%s::{_array_type(field)}" for field in meta.concrete_fields)
+    fields = [field for field in meta.concrete_fields if not (made and field is meta.pk)]
+    names = ", ".join(quote(field.column) for field in fields)
+    arrays = ", ".join(f"%s::{_array_type(field)}" for field in fields)
+    back = f" RETURNING {quote(meta.pk.column)}" if made else ""
     # Only the model's own names are formatted in; every value is a parameter.
-    return f"INSERT INTO {quote(meta.db_table)} ({names}) SELECT * FROM unnest({arrays})"  # noqa: S608
+    return (f"INSERT INTO {quote(meta.db_table)} ({names}) "  # noqa: S608
+            f"SELECT * FROM unnest({arrays}){back}")
 
 
 def _array_type(field: models.Field) -> str:

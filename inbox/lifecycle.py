@@ -737,9 +737,9 @@ def transitions_apply(*, action: str, tasks: list[Task], system: str = "",
     if done:
         fields = sorted({name for one in done for name in one.fields})
         rows_update(Task, [one.task for one in done], fields)
-        TaskEvent.objects.bulk_create([one.event for one in done])
+        rows_insert(TaskEvent, [one.event for one in done])
         passes_write(passes, now=now)
-        Outbox.objects.bulk_create([one.outbox for one in done if one.outbox is not None])
+        rows_insert(Outbox, [one.outbox for one in done if one.outbox is not None])
         if Effect.DISPATCH in row.effects:
             _skills_load([one.task for one in done])
         effects.after_commit_many((one.task, row.all_effects) for one in done)
@@ -1027,7 +1027,7 @@ def tasks_receive(rows: list[dict[str, Any]]) -> list[Task]:
         tasks.append(task)
     rows_insert(Task, tasks)
     # After the tasks, each with its chain head; the events' ids come back for the signals.
-    TaskEvent.objects.bulk_create(events)
+    rows_insert(TaskEvent, events)
     signal = _signals_write(events, now=now)
     for task in tasks:
         effects.after_commit(task=task, effects=row.all_effects + signal)

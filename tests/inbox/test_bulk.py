@@ -159,6 +159,26 @@ def _event_columns(event: TaskEvent) -> tuple:
     return TaskEvent.objects.filter(pk=event.pk).values_list(*names).get()
 
 
+def test_rows_insert_of_rows_whose_keys_the_database_makes_sets_each_its_own(make_task):
+    """Events (an auto key): the rows bulk_create writes, in one statement, each key set on
+    its own row (read back: each key names the row of that instance's version)."""
+    task = make_task()
+    at = timezone.now()
+    inserted = [_event(task, 80 + n, reason=f"r{n}", at=at) for n in range(7)]
+    created = [_event(task, 87 + n, reason=f"r{n}", at=at) for n in range(7)]
+    with CaptureQueriesContext(connection) as queries:
+        rows_insert(TaskEvent, inserted)
+    TaskEvent.objects.bulk_create(created)
+    assert len(queries) == 1
+    assert all(event.pk is not None and not event._state.adding for event in inserted)
+    stored = dict(TaskEvent.objects.filter(pk__in=[e.pk for e in inserted])
+                  .values_list("pk", "version"))
+    assert [stored[event.pk] for event in inserted] == list(range(80, 87))
+    assert [_event_columns(one) for one in inserted] == [_event_columns(two) for two in created]
+    with pytest.raises(ValueError, match="primary key"):  # keys given and not: refused
+        rows_insert(TaskEvent, [_event(task, 95), _event(task, 96, id=10**9)])
+
+
 def test_row_insert_writes_what_save_writes_and_sets_the_key_the_database_made(make_task):
     task = make_task()
     saved, inserted = _event(task, 90), _event(task, 91)
