@@ -16,9 +16,11 @@ has one parameter per value.
 """
 
 import copy
+import dataclasses
 import threading
 import uuid
-from collections.abc import Callable, Hashable
+import weakref
+from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,6 +52,11 @@ class _Shape:
     end: int
     populators: tuple[Any, ...]
     annotations: tuple[tuple[str, int], ...]
+    # The converters of each column that has any, by connection (a thread's own: the
+    # backend's converters are its operations' methods), as the ORM's iterable finds
+    # them on every run (compiler.get_converters: a few per cent of a request's CPU).
+    converters: "weakref.WeakKeyDictionary[Any, tuple[Any, ...]]" = dataclasses.field(
+        default_factory=weakref.WeakKeyDictionary, compare=False)
 
 
 class CompiledRead:
@@ -80,15 +87,19 @@ class CompiledRead:
             # The ORM's own check, which only the first compile would otherwise make.
             raise TransactionManagementError(
                 "select_for_update cannot be used outside of a transaction.")
-        compiler = copy.copy(shape.compiler)
-        compiler.connection = connection  # Converters get this thread's own connection.
         with connection.cursor() as cursor:
             cursor.execute(shape.sql, params)
             rows = cursor.fetchall()
+        converters = shape.converters.get(connection)
+        if converters is None:
+            converters = shape.converters[connection] = _converters(shape.compiler,
+                                                                    connection)
+        if converters:
+            rows = list(_converted(rows, converters, connection))
+        model = shape.compiler.klass_info["model"]
         found = []
-        for row in compiler.results_iter([rows]):
-            obj = compiler.klass_info["model"].from_db(using, shape.init_list,
-                                                       row[shape.start:shape.end])
+        for row in rows:
+            obj = model.from_db(using, shape.init_list, row[shape.start:shape.end])
             for populator in shape.populators:
                 populator.populate(row, obj)
             for name, position in shape.annotations:
@@ -168,6 +179,29 @@ class CompiledRead:
             start=start, end=end,
             populators=tuple(get_related_populators(klass_info, select, using)),
             annotations=tuple(compiler.annotation_col_map.items()))
+
+
+def _converters(compiler: Any, connection: Any) -> tuple[Any, ...]:
+    """The (position, converters, expression) of each selected column that has converters,
+    as compiler.results_iter finds them, for connection."""
+    compiler = copy.copy(compiler)
+    compiler.connection = connection  # The backend's converters of this connection.
+    found = compiler.get_converters([column[0] for column in
+                                     compiler.select[0:compiler.col_count]])
+    return tuple((position, tuple(converters), expression)
+                 for position, (converters, expression) in found.items())
+
+
+def _converted(rows: list[tuple[Any, ...]], converters: tuple[Any, ...],
+               connection: Any) -> Iterator[list[Any]]:
+    """The rows with each converter applied, as compiler.apply_converters applies them."""
+    for row in map(list, rows):
+        for position, functions, expression in converters:
+            value = row[position]
+            for function in functions:
+                value = function(value, expression, connection)
+            row[position] = value
+        yield row
 
 
 def _stand_in(field: Field, index: int) -> Any:

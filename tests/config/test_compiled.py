@@ -109,6 +109,42 @@ def test_a_shape_compiled_in_one_thread_runs_on_anothers_connection(two_held):
     assert [(task.pk, task.proficiency) for task in answers] == [(second.pk, 5)]
 
 
+@pytest.mark.django_db(transaction=True)
+def test_a_shapes_converters_are_found_once_for_each_connection(two_held, monkeypatch):
+    """The ORM's iterable looks for every column's converters on each run; a shape looks
+    once per connection (each thread's own: the backend's converters are its methods),
+    and converts as the ORM does (the first test compares the values)."""
+    from django.db import connections
+    from django.db.models.sql.compiler import SQLCompiler
+
+    ana, bea, first, second = two_held
+    read = CompiledRead(_held, worker_id=User._meta.pk, task_id=Task._meta.pk)
+    found = []
+    get_converters = SQLCompiler.get_converters
+    monkeypatch.setattr(SQLCompiler, "get_converters",
+                        lambda self, expressions: found.append(self.connection)
+                        or get_converters(self, expressions))
+    for _ in range(3):
+        [task] = read.run("all", worker_id=ana.pk, task_id=first.pk)
+        assert (task.pk, task.created_at, task.proficiency) == (first.pk, first.created_at, 3)
+    assert found == [connection]
+
+    answers = []
+
+    def other() -> None:
+        try:
+            for _ in range(2):
+                answers.append(read.run("all", worker_id=bea.pk, task_id=second.pk)[0])
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=other)
+    thread.start()
+    thread.join()
+    assert [(task.pk, task.proficiency) for task in answers] == [(second.pk, 5)] * 2
+    assert len(found) == 2 and found[1] is not connection
+
+
 MANY = CompiledRead(
     lambda shape, *, task_ids: Task.objects.filter(pk__in=task_ids).defer("input")
     .order_by("created_at"),
