@@ -65,7 +65,7 @@ def test_take_next_over_the_api_is_two_statements(deployed, api_client, make_tas
     assert answer["history"][-1]["action"] == "take_next"
 
 
-def test_complete_over_the_api_reads_its_task_once_and_writes_three_rows_in_two(
+def test_complete_over_the_api_reads_its_task_once_and_writes_its_three_rows_in_one(
         deployed, api_client, make_task, make_worker):
     from inbox.models import TaskEvent
 
