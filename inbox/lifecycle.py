@@ -556,8 +556,7 @@ def _apply_seen(row: Transition, *, seen: Task, task_id: Any, actor: User | None
     if read is not None:
         # The history read with the task, as of the version seen: the update's condition
         # held, so no event came between it and this change's (every event is a version).
-        task.events_read = (read.with_event(applied.event) if isinstance(read, HistoryText)
-                            else [*read, applied.event])
+        task.events_read = read.with_event(applied.event)
     _log(row, applied)
     return task
 
