@@ -108,13 +108,17 @@ def _insert_sql(model: type[models.Model], made: bool = False) -> str:
 
 
 def _array_type(field: models.Field) -> str:
-    """The type of a column's array parameter: the column's own type, without its length.
+    """The type of a column's array parameter: an array of _cast_type's. Cast to it because
+    an array of NULLs alone would have no type."""
+    return f"{_cast_type(field)}[]"
 
-    Cast to it because an array of NULLs alone would have no type; without the length
-    (varchar, not varchar(64)) because an explicit cast to varchar(n) cuts a longer value
-    short without a word, where writing it to the column refuses it, as save() would.
+
+def _cast_type(field: models.Field) -> str:
+    """The type a parameter for field's column is cast to: the column's own, without its
+    length (varchar, not varchar(64)), because an explicit cast to varchar(n) cuts a longer
+    value short without a word, where writing it to the column refuses it, as save() would.
     """
-    return f"{field.db_type(connection).split('(')[0]}[]"
+    return field.db_type(connection).split("(")[0]
 
 
 def row_insert(row: models.Model) -> None:
@@ -255,10 +259,9 @@ def _update_inserting_sql(update: str, shape: tuple[tuple[type[models.Model], bo
         fields = [field for field in meta.concrete_fields
                   if not (returning and field is meta.pk)]
         names = ", ".join(quote(field.column) for field in fields)
-        # Each value cast to its column's type (without a length, as _array_type says why):
-        # selected, unlike VALUES, a parameter takes no type from the column it goes to.
-        values = ", ".join(f"%s::{field.db_type(connection).split('(')[0]}"
-                           for field in fields)
+        # Each value cast to its column's type: selected, unlike VALUES, a parameter takes
+        # no type from the column it goes to.
+        values = ", ".join(f"%s::{_cast_type(field)}" for field in fields)
         # Only the models' own names are formatted in; every value is a parameter.
         parts.append(f"r{n} AS (INSERT INTO {quote(meta.db_table)} ({names}) "  # noqa: S608
                      f"SELECT {values} FROM u RETURNING {quote(meta.pk.column)})")
