@@ -93,20 +93,29 @@ def test_a_shape_compiled_in_one_thread_runs_on_anothers_connection(two_held):
     ana, bea, first, second = two_held
     read = CompiledRead(_held, worker_id=User._meta.pk, task_id=Task._meta.pk)
     assert read.run("all", worker_id=ana.pk, task_id=first.pk)[0].proficiency == 3
+    answers = _in_another_thread(lambda: read.run("all", worker_id=bea.pk,
+                                                  task_id=second.pk)[0])
+    assert [(task.pk, task.proficiency) for task in answers] == [(second.pk, 5)]
+
+
+def _in_another_thread(call, *, times: int = 1) -> list:
+    """Return what call answered, called times in a thread of its own (with its own
+    connection, closed after)."""
+    from django.db import connections
+
     answers = []
 
     def other() -> None:
-        from django.db import connections
-
         try:
-            answers.append(read.run("all", worker_id=bea.pk, task_id=second.pk)[0])
+            for _ in range(times):
+                answers.append(call())
         finally:
             connections.close_all()
 
     thread = threading.Thread(target=other)
     thread.start()
     thread.join()
-    assert [(task.pk, task.proficiency) for task in answers] == [(second.pk, 5)]
+    return answers
 
 
 @pytest.mark.django_db(transaction=True)
@@ -114,7 +123,6 @@ def test_a_shapes_converters_are_found_once_for_each_connection(two_held, monkey
     """The ORM's iterable looks for every column's converters on each run; a shape looks
     once per connection (each thread's own: the backend's converters are its methods),
     and converts as the ORM does (the first test compares the values)."""
-    from django.db import connections
     from django.db.models.sql.compiler import SQLCompiler
 
     ana, bea, first, second = two_held
@@ -129,18 +137,8 @@ def test_a_shapes_converters_are_found_once_for_each_connection(two_held, monkey
         assert (task.pk, task.created_at, task.proficiency) == (first.pk, first.created_at, 3)
     assert found == [connection]
 
-    answers = []
-
-    def other() -> None:
-        try:
-            for _ in range(2):
-                answers.append(read.run("all", worker_id=bea.pk, task_id=second.pk)[0])
-        finally:
-            connections.close_all()
-
-    thread = threading.Thread(target=other)
-    thread.start()
-    thread.join()
+    answers = _in_another_thread(lambda: read.run("all", worker_id=bea.pk,
+                                                  task_id=second.pk)[0], times=2)
     assert [(task.pk, task.proficiency) for task in answers] == [(second.pk, 5)] * 2
     assert len(found) == 2 and found[1] is not connection
 

@@ -236,15 +236,22 @@ def test_rows_insert_each_writes_nothing_when_one_row_is_refused(make_task):
     assert not Outbox.objects.filter(task=task, decision_version=92).exists()
 
 
-def test_row_update_writes_what_save_writes_only_where_the_condition_holds(make_task,
-                                                                          make_worker):
+def _changed_alike(make_task, make_worker, *, reason: str) -> tuple[Task, Task, datetime.datetime]:
+    """Two tasks with the same FIELDS changed in memory, the first saved by save(): the
+    second is for the write under test, to compare with it. Also the moment they hold."""
     ana = make_worker({"invoice-review": 3})
     saved, updated = make_task(), make_task()
     at = timezone.now().replace(microsecond=123456)
     for task in (saved, updated):
         task.priority, task.work_deadline, task.answer, task.assignee = 9, at, {"a": 1}, ana
-        task.reason = "é"
+        task.reason = reason
     saved.save(update_fields=FIELDS)
+    return saved, updated, at
+
+
+def test_row_update_writes_what_save_writes_only_where_the_condition_holds(make_task,
+                                                                          make_worker):
+    saved, updated, _ = _changed_alike(make_task, make_worker, reason="é")
     version = updated.version
     with CaptureQueriesContext(connection) as queries:
         assert row_update(updated, FIELDS, version=version + 1) == 0  # not the version read
@@ -259,13 +266,7 @@ def test_row_update_writes_what_save_writes_only_where_the_condition_holds(make_
 def test_row_update_inserting_writes_the_rows_only_with_the_update(make_task, make_worker):
     """The same columns and rows as row_update then rows_insert_each; none of the rows when
     the update's condition does not hold; one statement on PostgreSQL, either way."""
-    ana = make_worker({"invoice-review": 3})
-    saved, updated = make_task(), make_task()
-    at = timezone.now().replace(microsecond=123456)
-    for task in (saved, updated):
-        task.priority, task.work_deadline, task.answer, task.assignee = 9, at, {"a": 1}, ana
-        task.reason = "it's é"
-    saved.save(update_fields=FIELDS)
+    saved, updated, at = _changed_alike(make_task, make_worker, reason="it's é")
     alone = _event(updated, 89)
     row_insert(alone)
     version = updated.version
