@@ -4,6 +4,7 @@ from django.urls import include, path
 from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView
 
+from accounts.api import MeApi
 from config.health import healthz, readyz
 from inbox.metrics import metrics_view
 
@@ -19,6 +20,7 @@ urlpatterns = [
     # the most frequent requests (no page's pattern begins with api/, so none is hidden).
     path("api/inbox/", include("inbox.api_urls")),
     path("api/processes/", include("processes.urls")),
+    path("api/me/", MeApi.as_view(), name="api-me"),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("", include("inbox.urls")),
     path("accounts/", include("allauth.urls")),
