@@ -18,9 +18,13 @@ are not counted), one after the other on the same database:
   database connections per process), started here with --http-workers processes on the
   same database; --http-server wsgi runs gunicorn's sync workers on config.wsgi instead.
   Each HTTP taker keeps its connection open where the server keeps it (HTTP/1.1).
+- http-signin: GET /api/me/ with the same kind of API token to the same server: the
+  cheapest request that signs in (Django, DRF, the token's one statement, a small
+  answer), the take's request without the take;
 - http-floor: GET /healthz (no database, no sign-in) to the same server: what the web
-  stack costs before the take does anything. Printed beside the take as a ceiling: the
-  HTTP take's rate if it cost only the service call plus the floor.
+  stack costs before the take does anything. Printed beside the take as ceilings: the
+  HTTP take's rate if it cost only the service call plus the floor, and plus the
+  signed-in floor.
 
 Every taker is its own OS process with its own database connection (or HTTP
 connection): threads would serialise the service call's Python on the GIL and measure
@@ -122,7 +126,7 @@ def main() -> None:
     parser.add_argument("--paced-rate", type=float, default=500.0,
                         help="claims/s of the paced phase: the service call paced at this "
                              "rate in all, after the closed-loop phases (its p99 goal)")
-    parser.add_argument("--phases", default="raw,service,http,http-floor,paced")
+    parser.add_argument("--phases", default="raw,service,http,http-signin,http-floor,paced")
     parser.add_argument("--profile", type=int, default=0, metavar="N",
                         help="also profile N service calls in one process (cProfile)")
     parser.add_argument("--profile-http", type=int, default=0, metavar="N",
@@ -153,7 +157,7 @@ def main() -> None:
         instructions_child(*args.instructions_child)
         return
     phases = [p.strip() for p in args.phases.split(",") if p.strip()]
-    unknown = set(phases) - {"raw", "service", "http", "http-floor", "paced"}
+    unknown = set(phases) - {"raw", "service", "http", "http-signin", "http-floor", "paced"}
     if unknown:
         parser.error(f"unknown phases: {sorted(unknown)}")
 
@@ -193,16 +197,18 @@ def run(args: argparse.Namespace, phases: list[str]) -> dict[str, dict]:
         if phase == "http-floor":
             pools[phase] = [[] for _ in range(args.takers)]  # no worker: nobody signs in
             continue
+        signs_in = phase in ("http", "http-signin")
         ids = workers_create(
-            args.takers * (1 if phase == "raw" else per_taker), prefix=f"{phase}-",
-            skills_of=lambda i: [taker_skill[i % args.takers]], capacity=args.capacity,
-            api_tokens=phase == "http",
+            # A signed-in floor's taker signs in as one worker: it takes nothing.
+            args.takers * (1 if phase in ("raw", "http-signin") else per_taker),
+            prefix=f"{phase}-", skills_of=lambda i: [taker_skill[i % args.takers]],
+            capacity=args.capacity, api_tokens=signs_in,
         )
         # Worker i belongs to taker i % takers (so it holds that taker's skill); an HTTP
         # taker knows its workers by their API tokens.
         pools[phase] = [
             [api_token(f"{phase}-", i) for i in range(t, len(ids), args.takers)]
-            if phase == "http" else ids[t::args.takers]
+            if signs_in else ids[t::args.takers]
             for t in range(args.takers)
         ]
     with connection.cursor() as cursor:
@@ -642,7 +648,8 @@ def run_phase(phase: str, args: argparse.Namespace, pool: list[list[int]],
     measure = start + args.warmup
     stop = measure + args.seconds
     target = {"raw": raw_taker, "service": service_taker, "http": http_taker,
-              "http-floor": http_floor_taker, "paced": service_taker}[phase]
+              "http-signin": http_signin_taker, "http-floor": http_floor_taker,
+              "paced": service_taker}[phase]
     rate = args.paced_rate if phase == "paced" else args.rate
     takers = [
         context.Process(target=target, args=(queue, i, pool[i], taker_skill[i],
@@ -801,6 +808,17 @@ def http_taker(queue, i, workers, skill, window, port, interval, capacity) -> No
     _loop(queue, window, take, interval)
 
 
+def http_signin_taker(queue, i, workers, skill, window, port, interval, capacity) -> None:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    headers = {"Authorization": f"Token {workers[0]}"}
+
+    def take() -> bool:
+        _http(conn, "GET", "/api/me/", headers=headers)
+        return True
+
+    _loop(queue, window, take, interval)
+
+
 def http_floor_taker(queue, i, workers, skill, window, port, interval, capacity) -> None:
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
 
@@ -881,8 +899,9 @@ def check_claims(results: dict[str, dict], since: object) -> None:
         cursor.execute("SELECT count(*), count(DISTINCT task_id) FROM inbox_taskevent "
                        "WHERE action = 'take_next' AND at >= %s", [since])
         events, distinct = cursor.fetchone()
-    # The floor's requests take nothing.
-    taking = {phase: r for phase, r in results.items() if phase != "http-floor"}
+    # The floors' requests take nothing.
+    taking = {phase: r for phase, r in results.items()
+              if phase not in ("http-floor", "http-signin")}
     counted = sum(r["taken"] for r in taking.values())
     evented = sum(r["taken"] for phase, r in taking.items() if phase != "raw")
     print(f"check: {counted:,} claims counted (warm-up included), {in_progress:,} tasks in "
@@ -895,6 +914,7 @@ def report(args: argparse.Namespace, results: dict[str, dict]) -> None:
     names = {"raw": "raw SQL limit (UPDATE ... SKIP LOCKED)",
              "service": "service call worker_service.task_take_next",
              "http": f"HTTP POST /api/inbox/tasks/next/ ({args.http_server})",
+             "http-signin": f"HTTP GET /api/me/, the signed-in floor ({args.http_server})",
              "http-floor": f"HTTP GET /healthz, the floor ({args.http_server})",
              "paced": f"service call, paced at {args.paced_rate:g}/s in all"}
     rows = []
@@ -936,6 +956,13 @@ def report(args: argparse.Namespace, results: dict[str, dict]) -> None:
         # call plus the web stack's floor, so its rate is at most the two combined.
         ceiling = 1 / (1 / results["service"]["claims"] + 1 / results["http-floor"]["claims"])
         print(f"HTTP take's ceiling (service call + the /healthz floor, their costs "
+              f"added): {ceiling / args.seconds:,.0f}/s, {ceiling / raw:.2f}x raw")
+    if raw and {"service", "http-signin"} <= results.keys() and results["http-signin"]["claims"]:
+        # A take over the API signs in too: the request of GET /api/me/ (the sign-in, DRF,
+        # a small answer) plus the service call is as cheap as a take over HTTP can be
+        # while it goes through Django's and DRF's request handling.
+        ceiling = 1 / (1 / results["service"]["claims"] + 1 / results["http-signin"]["claims"])
+        print(f"HTTP take's ceiling signed in (service call + GET /api/me/, their costs "
               f"added): {ceiling / args.seconds:,.0f}/s, {ceiling / raw:.2f}x raw")
     for phase, goal in (("service", 0.5), ("http", 0.25)):
         if phase in results and raw:
