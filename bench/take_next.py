@@ -289,9 +289,11 @@ def cpu_split(pools: dict[str, list[list[int]]], taker_skill: list[int], calls: 
     off by half). The takes are given back after each round.
 
     With the http phase, each round also takes calls tasks with POST /api/inbox/tasks/next/
-    and makes calls GET /healthz, both through Django's WSGI handler in this process (every
-    middleware, DRF, the service; no server, no socket, no connection pool): what the web
-    adds to a take apart from the server and from the machine's other load."""
+    and makes calls GET /api/me/ (signed in with the same tokens: the take's request
+    without the take) and calls GET /healthz, all through Django's WSGI handler in this
+    process (every middleware, DRF, the service; no server, no socket, no connection
+    pool): what the web adds to a take apart from the server and from the machine's other
+    load."""
     import psycopg
     from django.db import connection
 
@@ -309,6 +311,7 @@ def cpu_split(pools: dict[str, list[list[int]]], taker_skill: list[int], calls: 
     figures: dict[str, list[tuple[float, float]]] = {"service call": []}
     if tokens:
         figures.update({"HTTP take in-process (WSGI handler)": [],
+                        "GET /api/me/ in-process (WSGI handler)": [],
                         "GET /healthz in-process (WSGI handler)": []})
     figures["raw SQL claim"] = []
     with psycopg.connect(libpq_url(), autocommit=True) as conn, conn.cursor() as raw:
@@ -356,7 +359,8 @@ def _tokens_noted_now(cursor) -> None:
 def _cpu_http_round(figures: dict[str, list[tuple[float, float]]], tokens: list[str],
                     calls: int, capacity: int) -> None:
     """One round of --cpu's in-process HTTP rows: calls takes by the http phase's workers
-    (each up to their capacity; the tasks cancelled after), then calls GET /healthz."""
+    (each up to their capacity; the tasks cancelled after), then calls GET /api/me/ with
+    the same tokens, then calls GET /healthz."""
     from django.core.handlers.wsgi import WSGIHandler
     from django.db import connection
 
@@ -377,6 +381,13 @@ def _cpu_http_round(figures: dict[str, list[tuple[float, float]]], tokens: list[
     with connection.cursor() as cursor:
         # One backend through the round (close_at cleared above).
         figures["HTTP take in-process (WSGI handler)"].append(
+            ((time.process_time() - client) * 1000 / calls,
+             (_backend_cpu_ms(cursor) - backend) / calls))
+        backend, client = _backend_cpu_ms(cursor), time.process_time()
+    for n in range(calls):
+        _wsgi_call(handler, "GET", "/api/me/", token=tokens[n // capacity])
+    with connection.cursor() as cursor:
+        figures["GET /api/me/ in-process (WSGI handler)"].append(
             ((time.process_time() - client) * 1000 / calls,
              (_backend_cpu_ms(cursor) - backend) / calls))
         backend, client = _backend_cpu_ms(cursor), time.process_time()
