@@ -374,29 +374,28 @@ def _cpu_http_round(figures: dict[str, list[tuple[float, float]]], tokens: list[
     # Warm: the URL resolver, DRF's settings, the first plans.
     warm = [_wsgi_call(handler, "POST", "/api/inbox/tasks/next/", token=token)
             for token in tokens[-3:]]
-    with connection.cursor() as cursor:
-        backend, client = _backend_cpu_ms(cursor), time.process_time()
+
+    def noted(path: str | None, since: tuple[float, float] | None) -> tuple[float, float]:
+        """Add path's row: CPU per call, this process's and its backend's, since the mark
+        since; return a new mark (backend CPU, process CPU). One backend through the round
+        (close_at cleared above)."""
+        with connection.cursor() as cursor:
+            if path is not None:
+                figures[f"{path} in-process (WSGI handler)"].append(
+                    ((time.process_time() - since[1]) * 1000 / calls,
+                     (_backend_cpu_ms(cursor) - since[0]) / calls))
+            return _backend_cpu_ms(cursor), time.process_time()
+
+    mark = noted(None, None)
     taken = [_wsgi_call(handler, "POST", "/api/inbox/tasks/next/", token=tokens[n // capacity])
              for n in range(calls)]
-    with connection.cursor() as cursor:
-        # One backend through the round (close_at cleared above).
-        figures["HTTP take in-process (WSGI handler)"].append(
-            ((time.process_time() - client) * 1000 / calls,
-             (_backend_cpu_ms(cursor) - backend) / calls))
-        backend, client = _backend_cpu_ms(cursor), time.process_time()
+    mark = noted("HTTP take", mark)
     for n in range(calls):
         _wsgi_call(handler, "GET", "/api/me/", token=tokens[n // capacity])
-    with connection.cursor() as cursor:
-        figures["GET /api/me/ in-process (WSGI handler)"].append(
-            ((time.process_time() - client) * 1000 / calls,
-             (_backend_cpu_ms(cursor) - backend) / calls))
-        backend, client = _backend_cpu_ms(cursor), time.process_time()
+    mark = noted("GET /api/me/", mark)
     for _ in range(calls):
         _wsgi_call(handler, "GET", "/healthz")
-    with connection.cursor() as cursor:
-        figures["GET /healthz in-process (WSGI handler)"].append(
-            ((time.process_time() - client) * 1000 / calls,
-             (_backend_cpu_ms(cursor) - backend) / calls))
+    noted("GET /healthz", mark)
     # Taken out of the queues for good, as the raw claims are put back: released, they
     # would come back with a longer history (a longer answer) each round. The workers are
     # free again for the next round.
@@ -820,21 +819,21 @@ def http_taker(queue, i, workers, skill, window, port, interval, capacity) -> No
 
 
 def http_signin_taker(queue, i, workers, skill, window, port, interval, capacity) -> None:
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
-    headers = {"Authorization": f"Token {workers[0]}"}
-
-    def take() -> bool:
-        _http(conn, "GET", "/api/me/", headers=headers)
-        return True
-
-    _loop(queue, window, take, interval)
+    _get_loop(queue, window, port, interval, "/api/me/",
+              {"Authorization": f"Token {workers[0]}"})
 
 
 def http_floor_taker(queue, i, workers, skill, window, port, interval, capacity) -> None:
+    _get_loop(queue, window, port, interval, "/healthz")
+
+
+def _get_loop(queue, window, port: int, interval: float, path: str,
+              headers: dict | None = None) -> None:
+    """A floor's taker: GET path on one kept connection, again and again (it takes nothing)."""
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
 
     def take() -> bool:
-        _http(conn, "GET", "/healthz")
+        _http(conn, "GET", path, headers=headers)
         return True
 
     _loop(queue, window, take, interval)
@@ -962,19 +961,16 @@ def report(args: argparse.Namespace, results: dict[str, dict]) -> None:
         print(f"\nservice/raw: throughput {service['claims'] / max(raw['claims'], 1):.2f}x, "
               f"p99 latency {p99:.1f}x")
     raw = results.get("raw", {}).get("claims", 0)
-    if raw and {"service", "http-floor"} <= results.keys() and results["http-floor"]["claims"]:
-        # CPU is the closed loop's budget: a take over HTTP costs at least the service
-        # call plus the web stack's floor, so its rate is at most the two combined.
-        ceiling = 1 / (1 / results["service"]["claims"] + 1 / results["http-floor"]["claims"])
-        print(f"HTTP take's ceiling (service call + the /healthz floor, their costs "
-              f"added): {ceiling / args.seconds:,.0f}/s, {ceiling / raw:.2f}x raw")
-    if raw and {"service", "http-signin"} <= results.keys() and results["http-signin"]["claims"]:
-        # A take over the API signs in too: the request of GET /api/me/ (the sign-in, DRF,
-        # a small answer) plus the service call is as cheap as a take over HTTP can be
-        # while it goes through Django's and DRF's request handling.
-        ceiling = 1 / (1 / results["service"]["claims"] + 1 / results["http-signin"]["claims"])
-        print(f"HTTP take's ceiling signed in (service call + GET /api/me/, their costs "
-              f"added): {ceiling / args.seconds:,.0f}/s, {ceiling / raw:.2f}x raw")
+    # CPU is the closed loop's budget: a take over HTTP costs at least the service call
+    # plus the web stack's floor, so its rate is at most the two combined. A take over the
+    # API signs in too: GET /api/me/ (the sign-in, DRF, a small answer) plus the service
+    # call is as cheap as it can be while it goes through Django's and DRF's handling.
+    for floor, ceiling_of in (("http-floor", "ceiling (service call + the /healthz floor"),
+                              ("http-signin", "ceiling signed in (service call + GET /api/me/")):
+        if raw and {"service", floor} <= results.keys() and results[floor]["claims"]:
+            ceiling = 1 / (1 / results["service"]["claims"] + 1 / results[floor]["claims"])
+            print(f"HTTP take's {ceiling_of}, their costs added): "
+                  f"{ceiling / args.seconds:,.0f}/s, {ceiling / raw:.2f}x raw")
     for phase, goal in (("service", 0.5), ("http", 0.25)):
         if phase in results and raw:
             goal_print(f"take next {phase} / raw claims per second, closed loop",
